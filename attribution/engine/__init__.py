@@ -1,0 +1,1 @@
+"""The attribution engine: sensor identification, regression over sensor windows, intervals."""

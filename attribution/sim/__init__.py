@@ -1,0 +1,1 @@
+"""The simulator: workloads, true board power, NVML sensor models; ground truth by construction."""

@@ -1,0 +1,242 @@
+"""The attribution snapshot (``ppwtop.snapshot/1``): immutable result of one attribution.
+
+Owns the typed form of the contract's snapshot JSON and its conversion to and from plain
+dicts (the app writes them with orjson).  Keys the contract requires are always present;
+extra keys (``warnings``, ``meta``, ``clusters``, ...) may be added, never removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R", "KernelRow", "CopyRow", "IdleRow")
+
+SCHEMA = "ppwtop.snapshot/1"
+
+IDLE_CAUSES = ("launch_gap", "sync_wait", "host_stall", "other")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SensorInfo:
+    field: str  # "instant" | "average" | "draw" | "samples" | "meter" | "none"
+    period_ms: float
+    window_ms: float
+    lag_ms: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    name: str
+    model: str  # preset key, or "unknown"
+    sensor: SensorInfo
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Window:
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Totals:
+    energy_j: float
+    kernel_energy_j: float
+    copy_energy_j: float
+    idle_energy_j: float
+    active_idle_w: float
+    measured_energy_j: float
+    closure_error: float  # (energy_j - measured_energy_j) / measured_energy_j, 0 if unmeasured
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelRow:
+    name: str
+    gpu: int
+    calls: int
+    time_s: float
+    energy_j: float
+    dynamic_energy_j: float
+    dynamic_energy_ci_j: tuple[float, float]
+    avg_power_w: float
+    resolvable: bool
+    precision: str
+    cluster: str | None = None  # set when not resolvable: the classes it is inseparable from
+    why: str = ""  # why it is (not) resolvable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CopyRow:
+    kind: str
+    memory: str
+    gpu: int
+    calls: int
+    bytes: int
+    time_s: float
+    energy_j: float
+    dynamic_energy_j: float
+    dynamic_energy_ci_j: tuple[float, float] = (0.0, 0.0)
+    resolvable: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IdleRow:
+    cause: str
+    gpu: int
+    time_s: float
+    energy_j: float
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Quantiles:
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Steps:
+    count: int
+    energy_j: Quantiles
+    latency_ms: Quantiles
+    items_per_j: float | None
+    sla_ms: float | None = None
+    sla_compliance: float | None = None  # fraction of steps within the SLA
+    items_per_j_under_sla: float | None = None
+    # per-step series (for diff bootstrap); may be empty in a summary-only snapshot
+    step_energy_j: tuple[float, ...] = ()
+    step_latency_ms: tuple[float, ...] = ()
+    step_items: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Inefficiency:
+    rank: int
+    mechanism: str
+    energy_j: float
+    share: float
+    evidence: str
+    fix: str
+    owner: str
+    validation: str
+    energy_ci_j: tuple[float, float] | None = None
+    resolvable: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    gpus: tuple[GpuInfo, ...]
+    window: Window
+    totals: Totals
+    kernels: tuple[KernelRow, ...]
+    copies: tuple[CopyRow, ...]
+    idle: tuple[IdleRow, ...]
+    steps: Steps | None
+    inefficiencies: tuple[Inefficiency, ...] = ()
+    warnings: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema": SCHEMA}
+        d["gpus"] = [_plain(g) for g in self.gpus]
+        d["window"] = {
+            "start_ns": self.window.start_ns,
+            "end_ns": self.window.end_ns,
+            "duration_s": self.window.duration_s,
+        }
+        d["totals"] = _plain(self.totals)
+        d["kernels"] = [_plain(k) for k in self.kernels]
+        d["copies"] = [_plain(c) for c in self.copies]
+        d["idle"] = [_plain(i) for i in self.idle]
+        d["steps"] = None if self.steps is None else _plain(self.steps)
+        d["inefficiencies"] = [_plain(i) for i in self.inefficiencies]
+        d["warnings"] = list(self.warnings)
+        d["meta"] = dict(self.meta)
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Snapshot:
+        """Parse a snapshot dict; raises ValueError naming the first bad or missing key."""
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} snapshot (schema={d.get('schema')!r})")
+        try:
+            gpus = tuple(
+                GpuInfo(
+                    int(g["index"]), str(g["name"]), str(g["model"]),
+                    _build(SensorInfo, g["sensor"]),
+                )
+                for g in d["gpus"]
+            )
+            w = d["window"]
+            steps_d = d["steps"]
+            steps = None
+            if steps_d is not None:
+                steps = Steps(
+                    count=int(steps_d["count"]),
+                    energy_j=_build(Quantiles, steps_d["energy_j"]),
+                    latency_ms=_build(Quantiles, steps_d["latency_ms"]),
+                    items_per_j=steps_d.get("items_per_j"),
+                    sla_ms=steps_d.get("sla_ms"),
+                    sla_compliance=steps_d.get("sla_compliance"),
+                    items_per_j_under_sla=steps_d.get("items_per_j_under_sla"),
+                    step_energy_j=tuple(steps_d.get("step_energy_j", ())),
+                    step_latency_ms=tuple(steps_d.get("step_latency_ms", ())),
+                    step_items=tuple(steps_d.get("step_items", ())),
+                )
+            known = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
+                     "inefficiencies", "warnings", "meta"}
+            return cls(
+                gpus=gpus,
+                window=Window(int(w["start_ns"]), int(w["end_ns"])),
+                totals=_build(Totals, d["totals"]),
+                kernels=tuple(_build(KernelRow, k) for k in d["kernels"]),
+                copies=tuple(_build(CopyRow, c) for c in d["copies"]),
+                idle=tuple(_build(IdleRow, i) for i in d["idle"]),
+                steps=steps,
+                inefficiencies=tuple(_build(Inefficiency, i) for i in d["inefficiencies"]),
+                warnings=tuple(d.get("warnings", ())),
+                meta=dict(d.get("meta", {})),
+                extra={k: v for k, v in d.items() if k not in known},
+            )
+        except KeyError as e:
+            raise ValueError(f"snapshot is missing key {e.args[0]!r}") from None
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"malformed snapshot: {e}") from None
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [_plain(x) for x in obj]
+    return obj
+
+
+def _build(cls: type[T], d: Mapping[str, Any]) -> T:
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name in d:
+            v = d[name]
+            if isinstance(v, list):
+                v = tuple(v)
+            kwargs[name] = v
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise KeyError(name)
+    return cls(**kwargs)
+
+
+def rows_by_energy(rows: Sequence[R]) -> list[R]:
+    """Rows sorted by full energy, largest first (ties by name/kind for stability)."""
+    return sorted(rows, key=lambda r: (-r.energy_j, repr(r)))

@@ -1,0 +1,5 @@
+"""``python -m ppwtop``."""
+
+from ppwtop.cli.main import entry
+
+entry()

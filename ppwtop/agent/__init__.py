@@ -1,0 +1,1 @@
+"""The in-target CUPTI agent (raw activity buffers out over a Unix socket)."""

@@ -1,0 +1,9 @@
+"""`ppwtop attach`: not built yet (issue #4); answers --help and exits 2 otherwise."""
+
+from __future__ import annotations
+
+from ppwtop.cli.common import not_built
+
+
+def main(argv: list[str]) -> int:
+    return not_built("attach", 4, argv)

@@ -1,0 +1,9 @@
+"""`ppwtop report`: not built yet (issue #6); answers --help and exits 2 otherwise."""
+
+from __future__ import annotations
+
+from ppwtop.cli.common import not_built
+
+
+def main(argv: list[str]) -> int:
+    return not_built("report", 6, argv)

@@ -1,0 +1,9 @@
+"""`ppwtop run`: not built yet (issue #4); answers --help and exits 2 otherwise."""
+
+from __future__ import annotations
+
+from ppwtop.cli.common import not_built
+
+
+def main(argv: list[str]) -> int:
+    return not_built("run", 4, argv)

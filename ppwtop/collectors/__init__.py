@@ -1,0 +1,1 @@
+"""Live collectors: the only modules that import pynvml / cupti."""

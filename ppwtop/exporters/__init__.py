@@ -1,0 +1,1 @@
+"""Exports: Perfetto/Chrome trace JSON, Prometheus."""

@@ -1,0 +1,80 @@
+"""Importers: files people already have → the one columnar data model (:class:`Trace`).
+
+Owns format detection and dispatch.  Each format lives in its own module:
+``kineto`` (PyTorch profiler Chrome-trace JSON), ``nsys`` (Nsight Systems SQLite export),
+``smi_csv`` (nvidia-smi CSV power logs), and ppwtop's own recordings (``ppwtop.recording``).
+Every importer raises :class:`ppwtop.errors.InputError` for a file it cannot use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attribution.model import Trace
+from ppwtop.errors import InputError
+
+PPW_MAGIC = b"PPWREC"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def sniff(path: str | Path) -> str:
+    """The format of a file: 'kineto', 'nsys', 'smi_csv' or 'ppw'."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    if not head:
+        raise InputError(p, "file is empty")
+    if head.startswith(PPW_MAGIC):
+        return "ppw"
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head.startswith(GZIP_MAGIC):
+        return "kineto"
+    stripped = head.lstrip()
+    if stripped.startswith((b"{", b"[")):
+        return "kineto"
+    if b"," in head or p.suffix.lower() == ".csv":
+        return "smi_csv"
+    raise InputError(p, "unknown file format (expected Kineto JSON, nsys SQLite, "
+                        "nvidia-smi CSV or a ppwtop recording)")
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Load a trace (Kineto JSON[.gz], nsys SQLite or .ppw recording)."""
+    kind = sniff(path)
+    if kind == "kineto":
+        from ppwtop.importers.kineto import load_kineto
+
+        return load_kineto(path)
+    if kind == "nsys":
+        from ppwtop.importers.nsys import load_nsys
+
+        return load_nsys(path)
+    if kind == "ppw":
+        from ppwtop.recording import read_recording
+
+        return read_recording(path)
+    raise InputError(path, "is a CSV power log, not a trace (pass it with --power)")
+
+
+def load_power(path: str | Path, tz: str | None = None) -> Trace:
+    """Load a power source (nvidia-smi CSV or .ppw recording) as a Trace holding power,
+    energy and clock batches.  ``tz`` names the zone of naive CSV timestamps."""
+    kind = sniff(path)
+    if kind == "smi_csv":
+        from ppwtop.importers.smi_csv import load_smi_csv
+
+        return load_smi_csv(path, tz=tz)
+    if kind == "ppw":
+        from ppwtop.recording import read_recording
+
+        return read_recording(path)
+    raise InputError(path, f"is a {kind} trace, not a power log (nvidia-smi CSV or .ppw)")

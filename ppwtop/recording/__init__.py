@@ -1,0 +1,1 @@
+"""The .ppw recording format."""

@@ -1,0 +1,1 @@
+"""Optimization reports (Markdown and HTML)."""

@@ -1,0 +1,1 @@
+"""The Textual UI: renders Snapshots only; never touches NVML or CUPTI."""

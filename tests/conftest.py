@@ -1,0 +1,14 @@
+"""Shared fixtures: paths to the copied real data and a fresh temp dir per test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA

@@ -1,0 +1,41 @@
+"""The columnar data model: validation, concat, selection, shift, string interning, merge."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attribution.model import KernelBatch, PowerBatch, StringTable, Trace
+
+
+def test_from_columns_fills_unknowns_and_casts() -> None:
+    k = KernelBatch.from_columns({"start_ns": [10, 20], "end_ns": [15, 30], "name_id": [0, 1]})
+    assert k.start_ns.dtype == np.int64
+    assert k.device.tolist() == [-1, -1]
+    assert len(k) == 2
+
+
+def test_unequal_lengths_rejected() -> None:
+    with pytest.raises(ValueError, match="rows"):
+        PowerBatch(t_ns=np.zeros(2), power_mw=np.zeros(3), device=np.zeros(2),
+                   field=np.zeros(2), fresh=np.ones(2, bool))
+
+
+def test_concat_sort_shift() -> None:
+    a = KernelBatch.from_columns({"start_ns": [30, 10], "end_ns": [40, 20]})
+    b = KernelBatch.concat([a, KernelBatch.empty(), a])
+    assert len(b) == 4
+    s = b.sorted_by()
+    assert s.start_ns.tolist() == [10, 10, 30, 30]
+    assert s.shifted(5).end_ns.tolist() == [25, 25, 45, 45]
+
+
+def test_merge_reinterns_names() -> None:
+    t1 = Trace(strings=StringTable(["gemm"]))
+    t1.kernels = KernelBatch.from_columns({"start_ns": [1], "end_ns": [2], "name_id": [0]})
+    t2 = Trace(strings=StringTable(["relu", "gemm"]))
+    t2.kernels = KernelBatch.from_columns(
+        {"start_ns": [3, 4], "end_ns": [4, 5], "name_id": [0, 1]})
+    m = t1.merged_with(t2)
+    assert [m.name(int(i)) for i in m.kernels.name_id] == ["gemm", "relu", "gemm"]
+    assert m.gpu_span_ns() == (1, 5)
