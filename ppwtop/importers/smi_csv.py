@@ -1,0 +1,278 @@
+"""nvidia-smi CSV power logs (``--query-gpu=... --format=csv[,nounits] -lms N``) → :class:`Trace`.
+
+Owns the header mapping (columns in any order, with or without ``[unit]`` suffixes), value
+parsing (units, ``[N/A]``/``[Not Supported]`` → missing), conversion of nvidia-smi's naive
+local timestamps to epoch ns, the ``fresh`` flag for repeated polls, and the count of
+garbage rows.  Also reads the zeus ``zeus_monitor`` CSV (``Time,Power`` with power in mW).
+
+Parsing is column-wise: the csv module splits rows, then each column is converted to numpy
+in one call; only when a column holds garbage is it re-parsed element by element.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import os
+import re
+import zoneinfo
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from attribution.model import ClockBatch, DeviceInfo, PowerBatch, PowerField, Trace
+from ppwtop.errors import InputError
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+_MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]",
+            "unknown error", "[gpu is lost]", "[insufficient permissions]", "nan"}
+
+_POWER_COLUMNS: dict[str, PowerField] = {
+    "power.draw": PowerField.DRAW,
+    "power.draw.instant": PowerField.INSTANT,
+    "power.draw.average": PowerField.AVERAGE,
+}
+_ALIASES = {
+    "clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
+    "clocks.current.mem": "clocks.current.memory",
+    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
+    "clocks_event_reasons_active": "clocks_event_reasons.active",
+    "time": "timestamp",
+}
+_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_OFFSET = re.compile(r"^(?:utc|gmt)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
+
+
+def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
+    """Read an nvidia-smi CSV log; naive timestamps are local time in ``tz`` (see module doc)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="strict")
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except UnicodeDecodeError:
+        raise InputError(p, "not a text CSV file (invalid UTF-8)") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    header_raw = next(reader, None)
+    if not header_raw:
+        raise InputError(p, "empty CSV file")
+    header = [_canon(h) for h in header_raw]
+    zeus = header[:2] == ["timestamp", "power"] and "power.draw" not in header
+    col = {name: i for i, name in reversed(list(enumerate(header)))}
+    if "timestamp" not in col:
+        raise InputError(p, "no 'timestamp' column in the CSV header")
+    fields = [(c, f) for c, f in _POWER_COLUMNS.items() if c in col]
+    if zeus:
+        fields = [("power", PowerField.DRAW)]
+    if not fields:
+        raise InputError(p, "no power column (power.draw, power.draw.instant or "
+                            "power.draw.average) in the CSV header")
+    ncols = len(header)
+    rows = [r for r in reader if r]
+    good = [r for r in rows if len(r) == ncols]
+    skipped = len(rows) - len(good)
+    cols = list(zip(*good, strict=True)) if good else [() for _ in range(ncols)]
+
+    def column(name: str) -> list[str]:
+        return [s.strip() for s in cols[col[name]]] if name in col else []
+
+    n = len(good)
+    ok = np.ones(n, dtype=bool)
+    t_local_ns, t_ok = _parse_times(column("timestamp"))
+    ok &= t_ok
+    values: dict[str, F64] = {}
+    numeric = [c for c, _ in fields] + [c for c in ("index", "clocks.current.sm",
+                                                     "clocks.current.memory",
+                                                     "temperature.gpu") if c in col]
+    for c in numeric:
+        v, v_ok = _parse_numbers(column(c))
+        values[c] = v
+        ok &= v_ok
+    reasons: npt.NDArray[np.uint64] | None = None
+    if "clocks_event_reasons.active" in col:
+        reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
+        ok &= r_ok
+    skipped += int(n - ok.sum())
+    if not ok.any():
+        raise InputError(p, "no parsable data row in the CSV")
+
+    tz_used, t_ns = _to_epoch_ns(t_local_ns[ok], tz, p)
+    dev_f = values["index"][ok] if "index" in values else np.zeros(int(ok.sum()))
+    device = np.where(np.isnan(dev_f), 0, dev_f).astype(np.int16)
+
+    trace = Trace()
+    parts = []
+    for c, fld in fields:
+        w = values[c][ok]
+        scale = 1.0 if zeus else 1000.0  # zeus logs mW; nvidia-smi logs W
+        parts.append(_power(t_ns, device, w * scale, fld))
+    trace.power = PowerBatch.concat(parts).sorted_by("t_ns")
+
+    clock_cols = [c for c in ("clocks.current.sm", "clocks.current.memory",
+                              "temperature.gpu") if c in values]
+    if clock_cols or reasons is not None:
+        sm = values.get("clocks.current.sm")
+        mem = values.get("clocks.current.memory")
+        temp = values.get("temperature.gpu")
+        trace.clocks = ClockBatch.from_columns({
+            "t_ns": t_ns, "device": device,
+            "sm_mhz": _int_or_unknown(sm[ok]) if sm is not None else np.full(len(t_ns), -1),
+            "mem_mhz": _int_or_unknown(mem[ok]) if mem is not None else np.full(len(t_ns), -1),
+            "temp_c": temp[ok] if temp is not None else np.full(len(t_ns), np.nan),
+            "clock_reasons": reasons[ok] if reasons is not None else np.zeros(len(t_ns)),
+        })
+
+    if "name" in col:
+        names = np.asarray(column("name"), dtype=object)[ok]
+        seen: dict[int, str] = {}
+        for d in np.unique(device).tolist():
+            seen[d] = str(names[np.flatnonzero(device == d)[0]])
+        trace.devices = [DeviceInfo(index=d, name=seen[d]) for d in sorted(seen)]
+
+    trace.meta.update({
+        "source_path": str(p), "source_format": "zeus_csv" if zeus else "smi_csv",
+        "power_fields": [f.label for _, f in fields], "timezone": tz_used,
+        "skipped_rows": skipped,
+    })
+    if skipped:
+        trace.meta["notes"] = [f"skipped {skipped} unparsable row(s) of {len(rows)}"]
+    return trace
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _canon(h: str) -> str:
+    name = _UNIT.sub("", h.strip()).strip().lower()
+    return _ALIASES.get(name, name)
+
+
+def _power(t_ns: I64, device: npt.NDArray[np.int16], mw: F64, fld: PowerField) -> PowerBatch:
+    have = ~np.isnan(mw)
+    t, d, v = t_ns[have], device[have], np.rint(mw[have]).astype(np.int64)
+    order = np.lexsort((t, d))
+    ds, vs = d[order], v[order]
+    fresh_sorted = np.ones(len(v), dtype=bool)
+    if len(v) > 1:
+        fresh_sorted[1:] = ~((ds[1:] == ds[:-1]) & (vs[1:] == vs[:-1]))
+    fresh = np.empty_like(fresh_sorted)
+    fresh[order] = fresh_sorted
+    return PowerBatch.from_columns({"t_ns": t, "power_mw": v, "device": d,
+                                    "field": np.full(len(v), int(fld)), "fresh": fresh})
+
+
+def _int_or_unknown(v: F64) -> I64:
+    return np.where(np.isnan(v), -1, np.rint(np.nan_to_num(v))).astype(np.int64)
+
+
+def _parse_numbers(items: list[str]) -> tuple[F64, B]:
+    """Floats (units such as ' W' stripped; N/A → NaN) and a mask of parsable cells."""
+    try:
+        return np.array(items, dtype=np.float64), np.ones(len(items), dtype=bool)
+    except ValueError:
+        pass
+    out = np.full(len(items), np.nan)
+    ok = np.ones(len(items), dtype=bool)
+    for i, s in enumerate(items):
+        low = s.lower()
+        if low in _MISSING:
+            continue
+        tok = low.split()[0] if low else low
+        try:
+            out[i] = float(tok)
+        except ValueError:
+            ok[i] = False
+    return out, ok
+
+
+def _parse_hex(items: list[str]) -> tuple[npt.NDArray[np.uint64], B]:
+    out = np.zeros(len(items), dtype=np.uint64)
+    ok = np.ones(len(items), dtype=bool)
+    for i, s in enumerate(items):
+        if s.lower() in _MISSING:
+            continue
+        try:
+            out[i] = int(s, 16) if s.lower().startswith("0x") else int(s)
+        except ValueError:
+            ok[i] = False
+    return out, ok
+
+
+def _parse_times(items: list[str]) -> tuple[I64, B]:
+    """Naive local timestamps → ns since the local epoch (no zone applied) and a mask."""
+    iso = [s.replace("/", "-", 2).replace(" ", "T", 1) for s in items]
+    try:
+        arr = np.array(iso, dtype="datetime64[ns]")
+        ok = ~np.isnat(arr)
+        return arr.astype(np.int64), ok
+    except ValueError:
+        pass
+    out = np.zeros(len(iso), dtype=np.int64)
+    ok = np.zeros(len(iso), dtype=bool)
+    for i, s in enumerate(iso):
+        if len(s) < 10 or not s[:4].isdigit():
+            continue
+        try:
+            v = np.datetime64(s, "ns")
+        except ValueError:
+            continue
+        if not np.isnat(v):
+            out[i] = v.astype(np.int64)
+            ok[i] = True
+    return out, ok
+
+
+def resolve_tz(tz: str | None) -> tuple[str, Callable[[dt.datetime], dt.timedelta]]:
+    """A name for the zone and a function giving the UTC offset of a naive local time.
+
+    ``tz`` may be a zoneinfo name ('Europe/London'), 'UTC'/'Z', a fixed offset ('+01:00',
+    '-0530', 'UTC+1') or None, which means the TZ environment variable, else the system zone.
+    """
+    spec = tz if tz is not None else os.environ.get("TZ")
+    if spec is not None:
+        spec = spec.strip().lstrip(":")
+        if spec.upper() in ("UTC", "Z", "GMT", "UTC0", "GMT0"):
+            return "UTC", lambda _t: dt.timedelta(0)
+        m = _OFFSET.match(spec)
+        if m:
+            sign = -1 if m.group(1) == "-" else 1
+            delta = sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0))
+            return spec, lambda _t: delta
+        try:
+            zone = zoneinfo.ZoneInfo(spec)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+            if tz is not None:
+                raise ValueError(f"unknown time zone {tz!r}") from e
+        else:
+            return spec, lambda t: t.replace(tzinfo=zone).utcoffset() or dt.timedelta(0)
+
+    def local(t: dt.datetime) -> dt.timedelta:
+        return t.astimezone().utcoffset() or dt.timedelta(0)
+
+    return "local", local
+
+
+def _to_epoch_ns(local_ns: I64, tz: str | None, p: Path) -> tuple[str, I64]:
+    """Apply the zone's offset, evaluated once per distinct local hour (DST-safe)."""
+    try:
+        name, offset_of = resolve_tz(tz)
+    except ValueError as e:
+        raise InputError(p, str(e)) from None
+    if not len(local_ns):
+        return name, local_ns
+    hour_ns = 3_600_000_000_000
+    hours, inv = np.unique(local_ns // hour_ns, return_inverse=True)
+    offs = np.empty(len(hours), dtype=np.int64)
+    epoch = dt.datetime(1970, 1, 1)
+    for i, h in enumerate(hours.tolist()):
+        naive = epoch + dt.timedelta(hours=h)
+        offs[i] = int(offset_of(naive).total_seconds() * 1e9)
+    return name, local_ns - offs[inv.reshape(-1)]
