@@ -1,9 +1,132 @@
-"""`ppwtop diff`: not built yet (issue #6); answers --help and exits 2 otherwise."""
+"""`ppwtop diff A B [--json] [--fail-on-regression]`: the verdict on two snapshots.
+
+Owns reading the two ``ppwtop.snapshot/1`` files (and an optional owners file), printing the
+verdict (human-readable, or the ``ppwtop.diff/1`` JSON with ``--json``) and the exit-3 gate.
+The comparison itself is :func:`attribution.diff.diff`.
+"""
 
 from __future__ import annotations
 
-from ppwtop.cli.common import not_built
+import gzip
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from attribution.diff import DiffResult, diff
+from attribution.owners import OwnerMap, load_owners
+from attribution.snapshot import Snapshot
+from ppwtop.cli.common import parser, positive_float
+from ppwtop.errors import InputError, Regression
+
+TOP_MECHANISMS = 5
 
 
 def main(argv: list[str]) -> int:
-    return not_built("diff", 6, argv)
+    p = parser("diff", "Verdict on two snapshots: did the candidate use more energy "
+                       "per step (or per second) than the baseline?")
+    p.add_argument("baseline", metavar="A", help="baseline snapshot (ppwtop.snapshot/1 JSON)")
+    p.add_argument("candidate", metavar="B", help="candidate snapshot (ppwtop.snapshot/1 JSON)")
+    p.add_argument("--json", action="store_true", help="print the ppwtop.diff/1 JSON")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 3 after printing when the verdict is regression")
+    p.add_argument("--owners", metavar="FILE", help="owners file (TOML) to name who owns "
+                   "each mechanism")
+    p.add_argument("--noise-floor", type=positive_float, default=0.02, metavar="FRACTION",
+                   help="relative change treated as noise (default 0.02 = 2%%)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    args = p.parse_args(argv)
+
+    base = read_snapshot(args.baseline)
+    cand = read_snapshot(args.candidate)
+    owners = read_owners(args.owners) if args.owners else None
+    try:
+        result = diff(base, cand, noise_floor=args.noise_floor, seed=args.seed, owners=owners)
+    except ValueError as e:
+        raise InputError(f"{args.baseline} vs {args.candidate}", str(e)) from None
+
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
+        sys.stdout.buffer.write(b"\n")
+        sys.stdout.flush()
+    else:
+        print_human(result, sys.stdout)
+    if args.fail_on_regression and result.verdict == "regression":
+        raise Regression(f"regression: {_metric_line(result)}")
+    return 0
+
+
+def read_snapshot(path: str | Path) -> Snapshot:
+    """Read a snapshot file (``.json`` or ``.json.gz``); InputError naming what is wrong."""
+    data = _read_bytes(path)
+    try:
+        doc: Any = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise InputError(path, f"not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise InputError(path, "not a ppwtop.snapshot/1 file (top level is not an object)")
+    try:
+        return Snapshot.from_dict(doc)
+    except ValueError as e:
+        raise InputError(path, str(e)) from None
+
+
+def read_owners(path: str | Path) -> OwnerMap:
+    data = _read_bytes(path)
+    try:
+        return load_owners(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(path, "owners file is not UTF-8 text") from None
+    except ValueError as e:
+        raise InputError(path, str(e)) from None
+
+
+def _read_bytes(path: str | Path) -> bytes:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read ({e.strerror or e})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise InputError(path, f"corrupt gzip ({e})") from None
+    return data
+
+
+def _unit(result: DiffResult) -> str:
+    return "J/step" if result.metric == "energy_per_step_j" else "W"
+
+
+def _metric_line(r: DiffResult) -> str:
+    u = _unit(r)
+    rel = "" if r.relative_delta is None else f" ({r.relative_delta:+.1%})"
+    return (f"{r.metric} {r.baseline:.4g} -> {r.candidate:.4g} {u}, "
+            f"delta {r.delta:+.4g}{rel} [90% CI {r.delta_ci[0]:+.4g}, {r.delta_ci[1]:+.4g}]")
+
+
+def print_human(r: DiffResult, out: TextIO) -> None:
+    out.write(f"verdict: {r.verdict}\n")
+    out.write(f"  {_metric_line(r)}\n")
+    factors = ", ".join(f"{k} {v:.2f}" for k, v in r.comparability_factors.items())
+    out.write(f"  comparability {r.comparability:.2f} ({factors})\n")
+    out.write(f"  noise floor +-{r.noise_floor:.1%}, interval: {r.interval_method}\n")
+    shown = r.mechanisms[:TOP_MECHANISMS]
+    if shown:
+        per = "per step" if r.metric == "energy_per_step_j" else "per second"
+        out.write(f"top mechanisms (delta J {per}, share of delta):\n")
+        width = max(len(m.mechanism) for m in shown)
+        for m in shown:
+            owner = f"  {m.owner}" if m.owner is not None else ""
+            out.write(f"  {m.mechanism.ljust(width)}  {m.delta_j:+10.4g}  "
+                      f"{m.share_of_delta:+7.1%}{owner}\n")
+    if r.reasons:
+        out.write("why:\n")
+        for why in r.reasons:
+            out.write(f"  - {why}\n")
