@@ -49,10 +49,11 @@ def test_cloverleaf_counts_match_readme_and_sql(clover: Trace) -> None:
 
 
 def test_cloverleaf_times_are_epoch_ns(clover: Trace) -> None:
-    base = _sql(CLOVER, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
-    first = _sql(CLOVER, "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
-    assert int(clover.kernels.start_ns.min()) == base + first[0]
-    assert int(clover.kernels.end_ns.max()) == base + first[1]
+    base = int(str(_sql(CLOVER, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]))
+    lo, hi = (int(str(v)) for v in
+              _sql(CLOVER, "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0])
+    assert int(clover.kernels.start_ns.min()) == base + lo
+    assert int(clover.kernels.end_ns.max()) == base + hi
     span_ms = (clover.kernels.end_ns.max() - clover.kernels.start_ns.min()) / 1e6
     assert 341.5 < span_ms < 343  # README: 342 ms of kernel span
     # 2023-10-04 (capture date in TARGET_INFO_SESSION_START_TIME.utcTime)

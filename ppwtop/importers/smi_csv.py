@@ -179,6 +179,14 @@ def _parse_numbers(items: list[str]) -> tuple[F64, B]:
         return np.array(items, dtype=np.float64), np.ones(len(items), dtype=bool)
     except ValueError:
         pass
+    parts = items[0].split() if items else []
+    if len(parts) == 2:  # "--format=csv" with units: strip the common " W" / " MHz" suffix
+        unit = " " + parts[1]
+        try:
+            stripped = [s.removesuffix(unit) for s in items]
+            return np.array(stripped, dtype=np.float64), np.ones(len(items), dtype=bool)
+        except ValueError:
+            pass
     out = np.full(len(items), np.nan)
     ok = np.ones(len(items), dtype=bool)
     for i, s in enumerate(items):

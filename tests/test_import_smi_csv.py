@@ -1,0 +1,183 @@
+"""nvidia-smi CSV importer: real GPU_Power_Benchmark logs, header variants, garbage, zones."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attribution.model import PowerField
+from ppwtop.errors import InputError
+from ppwtop.importers import load_power
+from ppwtop.importers.smi_csv import load_smi_csv
+
+GPB = Path(__file__).parent / "data" / "gpu_power_benchmark" / "plotting" / "data"
+RUN_3090 = GPB / "5050" / "3090"
+A100_HEAD = GPB / "A100" / "find_pwr_update_freq" / "gpudata.head1000.csv"
+ZEUS = Path(__file__).parent / "data" / "zeus" / "zeus_monitor" / "sample.csv"
+
+
+def _epoch_ns(s: str, offset_h: float) -> int:
+    naive = dt.datetime.strptime(s, "%Y/%m/%d %H:%M:%S.%f")
+    aware = naive.replace(tzinfo=dt.timezone(dt.timedelta(hours=offset_h)))
+    return round(aware.timestamp() * 1e6) * 1000
+
+
+def _write(tmp_path: Path, text: str, name: str = "log.csv") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_3090_three_fields_and_alignment_with_kernel_edges() -> None:
+    t = load_smi_csv(RUN_3090 / "gpudata.csv", tz="+01:00")
+    with (RUN_3090 / "gpudata.csv").open() as f:
+        rows = list(csv.reader(f, skipinitialspace=True))[1:]
+    n = len(rows)
+    assert n == 1690
+    counts = np.bincount(t.power.field, minlength=3)
+    assert counts.tolist() == [n, n, n]  # draw, average, instant
+    draw = t.power.take(t.power.field == PowerField.DRAW)
+    assert draw.t_ns[0] == _epoch_ns(rows[0][0], 1.0)
+    assert draw.power_mw[0] == 126960 and draw.power_mw[-1] == round(float(rows[-1][5]) * 1000)
+    inst = t.power.take(t.power.field == PowerField.INSTANT)
+    assert inst.power_mw[0] == 126800
+    # kernel edges are UTC µs; after the +01:00 conversion the first one is inside the log
+    edges_us = np.unique(np.loadtxt(RUN_3090 / "timestamps.csv", skiprows=1, dtype=np.int64))
+    e0 = int(edges_us[0]) * 1000
+    assert draw.t_ns.min() < e0 < draw.t_ns.max()
+    assert draw.t_ns.min() < int(edges_us[-1]) * 1000 < draw.t_ns.max()
+    # read as if UTC, the log lies an hour late: the kernels would fall before it
+    t_utc = load_smi_csv(RUN_3090 / "gpudata.csv", tz="UTC")
+    assert int(t_utc.power.t_ns.min()) - int(t.power.t_ns.min()) == 3_600_000_000_000
+    assert int(edges_us[-1]) * 1000 < t_utc.power.t_ns.min()
+    # clocks: SM clock and temperature present, memory clock not logged
+    assert len(t.clocks) == n
+    assert t.clocks.sm_mhz[0] == 1800 and t.clocks.temp_c[0] == 54.0
+    assert np.all(t.clocks.mem_mhz == -1)
+    assert t.meta["skipped_rows"] == 0
+    assert t.devices == []  # no name column
+
+
+def test_fresh_flag_matches_value_changes_a100() -> None:
+    t = load_smi_csv(A100_HEAD, tz="+01:00")
+    with A100_HEAD.open() as f:
+        rows = list(csv.reader(f, skipinitialspace=True))[1:]
+    assert len(rows) == 1000
+    for col, fld in ((5, PowerField.DRAW), (6, PowerField.INSTANT)):
+        vals = [r[col] for r in rows]
+        expect = [True] + [a != b for a, b in zip(vals[1:], vals[:-1], strict=True)]
+        got = t.power.take(t.power.field == fld)
+        assert len(got) == 1000
+        assert got.fresh.tolist() == expect
+    # the A100 publishes ~every 100 ms and is polled ~every 12 ms: most polls repeat
+    draw = t.power.take(t.power.field == PowerField.DRAW)
+    assert 0.03 < draw.fresh.mean() < 0.5
+
+
+def test_units_and_nounits_give_the_same_rows(tmp_path: Path) -> None:
+    units = _write(tmp_path, (
+        "timestamp, index, power.draw [W], clocks.current.sm [MHz], temperature.gpu\n"
+        "2024/01/10 12:00:00.000, 0, 100.50 W, 1410 MHz, 40\n"
+        "2024/01/10 12:00:00.100, 0, 101.25 W, 1410 MHz, 41\n"), "u.csv")
+    nounits = _write(tmp_path, (
+        "timestamp, index, power.draw [W], clocks.current.sm [MHz], temperature.gpu\n"
+        "2024/01/10 12:00:00.000, 0, 100.50, 1410, 40\n"
+        "2024/01/10 12:00:00.100, 0, 101.25, 1410, 41\n"), "n.csv")
+    a, b = load_smi_csv(units, tz="UTC"), load_smi_csv(nounits, tz="UTC")
+    assert a.power.power_mw.tolist() == b.power.power_mw.tolist() == [100500, 101250]
+    assert a.power.t_ns.tolist() == b.power.t_ns.tolist()
+    assert a.power.t_ns[0] == int(dt.datetime(2024, 1, 10, 12, tzinfo=dt.UTC).timestamp()) * 10**9
+    assert a.clocks.sm_mhz.tolist() == [1410, 1410]
+
+
+def test_column_order_and_multi_gpu(tmp_path: Path) -> None:
+    p = _write(tmp_path, (
+        "power.draw.instant [W],name,pstate,index,timestamp,clocks_event_reasons.active,"
+        "power.draw.average [W]\n"
+        "250.0,NVIDIA H100 80GB HBM3,P0,0,2024/01/10 12:00:00.000,0x0000000000000004,240.0\n"
+        "90.0,NVIDIA A100-SXM4-40GB,P0,1,2024/01/10 12:00:00.000,0x0000000000000001,[N/A]\n"
+        "250.0,NVIDIA H100 80GB HBM3,P0,0,2024/01/10 12:00:00.050,0x0000000000000000,241.0\n"))
+    t = load_smi_csv(p, tz="UTC")
+    inst = t.power.take(t.power.field == PowerField.INSTANT)
+    avg = t.power.take(t.power.field == PowerField.AVERAGE)
+    assert inst.device.tolist() == [0, 1, 0] and inst.power_mw.tolist() == [250000, 90000, 250000]
+    assert inst.fresh.tolist() == [True, True, False]  # device 0 repeated; device 1 is new
+    assert avg.power_mw.tolist() == [240000, 241000]  # [N/A] is missing, not a row
+    assert not (t.power.field == PowerField.DRAW).any()
+    assert [(d.index, d.name) for d in t.devices] == [
+        (0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA A100-SXM4-40GB")]
+    assert t.clocks.clock_reasons.tolist() == [4, 1, 0]
+    assert t.meta["skipped_rows"] == 0
+
+
+def test_garbage_rows_are_skipped_and_counted(tmp_path: Path) -> None:
+    p = _write(tmp_path, (
+        "timestamp, power.draw [W], temperature.gpu\n"
+        "2024/01/10 12:00:00.000, 100.0, 40\n"
+        "not a time, 100.0, 40\n"                       # bad timestamp
+        "2024/01/10 12:00:00.010, lots, 40\n"           # bad value
+        "2024/01/10 12:00:00.020, 100.0\n"              # wrong column count
+        "timestamp, power.draw [W], temperature.gpu\n"  # repeated header
+        "2024/01/10 12:00:00.030, [Not Supported], 40\n"  # missing, row kept for clocks
+        "2024/01/10 12:00:00.040, 100.0, 41\n"))
+    t = load_smi_csv(p, tz="UTC")
+    assert t.meta["skipped_rows"] == 4
+    assert any("skipped 4" in n for n in t.meta["notes"])
+    assert len(t.power) == 2 and t.power.fresh.tolist() == [True, False]
+    assert len(t.clocks) == 3 and t.clocks.temp_c.tolist() == [40.0, 40.0, 41.0]
+
+
+def test_unusable_files_are_input_errors(tmp_path: Path) -> None:
+    no_power = _write(tmp_path, "timestamp, temperature.gpu\n2024/01/10 12:00:00.000, 40\n",
+                      "a.csv")
+    with pytest.raises(InputError, match="no power column"):
+        load_smi_csv(no_power)
+    all_bad = _write(tmp_path, "timestamp, power.draw [W]\nx, y\n", "b.csv")
+    with pytest.raises(InputError, match="no parsable"):
+        load_smi_csv(all_bad)
+    with pytest.raises(InputError, match="empty"):
+        load_smi_csv(_write(tmp_path, "", "c.csv"))
+    with pytest.raises(InputError, match="no such file"):
+        load_smi_csv(tmp_path / "missing.csv")
+    with pytest.raises(InputError, match="time zone"):
+        load_smi_csv(RUN_3090 / "gpudata.csv", tz="Mars/Olympus")
+
+
+SAMPLE = "timestamp, power.draw [W]\n2023/07/08 19:28:27.236, 100.0\n"
+EPOCH_UTC = int(dt.datetime(2023, 7, 8, 19, 28, 27, 236000, tzinfo=dt.UTC).timestamp() * 1e6)
+
+
+@pytest.mark.parametrize(("tz", "offset_h"), [
+    ("UTC", 0), ("+01:00", 1), ("Europe/London", 1), ("-0530", -5.5), ("UTC+2", 2),
+    ("America/New_York", -4), ("Asia/Kolkata", 5.5),
+])
+def test_timezones(tmp_path: Path, tz: str, offset_h: float) -> None:
+    t = load_smi_csv(_write(tmp_path, SAMPLE), tz=tz)
+    assert int(t.power.t_ns[0]) == (EPOCH_UTC - round(offset_h * 3600e6)) * 1000
+
+
+def test_tz_env_and_dst_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    t = load_smi_csv(_write(tmp_path, SAMPLE))
+    assert int(t.power.t_ns[0]) == (EPOCH_UTC - 9 * 3_600_000_000) * 1000
+    assert t.meta["timezone"] == "Asia/Tokyo"
+    # London leaves BST at 02:00 local on 2023-10-29: 00:30 is +01:00, 03:30 is +00:00
+    p = _write(tmp_path, "timestamp, power.draw [W]\n2023/10/29 00:30:00.000, 1\n"
+                         "2023/10/29 03:30:00.000, 2\n", "dst.csv")
+    t = load_smi_csv(p, tz="Europe/London")
+    assert np.diff(t.power.t_ns).tolist() == [4 * 3_600_000_000_000]
+
+
+def test_zeus_monitor_sample_mw() -> None:
+    t = load_power(ZEUS, tz="UTC")
+    assert t.meta["source_format"] == "zeus_csv"
+    assert len(t.power) == 19
+    assert t.power.power_mw[0] == 32402  # the file logs mW already
+    assert t.power.t_ns[0] == int(
+        dt.datetime(2022, 7, 13, 2, 7, 36, tzinfo=dt.UTC).timestamp()) * 10**9 + 708783111
+    assert 32_000 < np.mean(t.power.power_mw) < 33_000  # idle GPU, about 32.4 W
+    assert t.power.fresh.tolist()[:4] == [True, False, True, False]
