@@ -98,7 +98,7 @@ def load_nsys(path: str | Path) -> Trace:
     if not p.is_file():
         raise InputError(p, "no such file")
     try:
-        con = sqlite3.connect(f"file:{p}?mode=ro&immutable=1", uri=True)
+        con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
     except sqlite3.Error as e:
         raise InputError(p, f"cannot open SQLite file: {e}") from None
     try:
