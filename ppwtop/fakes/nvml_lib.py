@@ -1,0 +1,493 @@
+"""A fake ``libnvidia-ml.so`` for ``pynvml.nvmlLib``, driven by a board model.
+
+Owns :class:`BoardModel` (true board power over time plus what the power sensor does),
+:class:`VirtualClock` (time the test advances), :class:`FakeNvmlLib` (the fake library: one
+attribute per C function, each taking the ctypes arguments pynvml passes and writing its results
+into them, returning an ``nvmlReturn_t`` code) and :func:`installed` (a context manager that
+puts a fake in ``pynvml.nvmlLib`` and restores the real state afterwards).
+
+Sensor model (DESIGN.md §3): reading *k* is published at ``p_k = phase + k·T`` and is the mean
+true power over ``[p_k − lag − W, p_k − lag]``, times the board's gain, in integer mW.  Its
+NVML timestamp is ``p_k`` in µs (CPU clock since the epoch).  ``NVML_FI_DEV_POWER_INSTANT``
+answers the latest reading, ``NVML_FI_DEV_POWER_AVERAGE`` the same but over the 1 s window,
+``nvmlDeviceGetSamples(NVML_TOTAL_POWER_SAMPLES)`` the instant readings newer than
+``lastSeenTimeStamp`` (at most ``samples_capacity`` of them), ``nvmlDeviceGetPowerUsage`` the
+mean over ``power_usage_window_ms`` (the 1 s average of Ampere-non-GA100/Ada/Hopper) and
+``nvmlDeviceGetTotalEnergyConsumption`` the exact integral of true power, in mJ.  True power
+is a step function on the grid ``t_ns`` (``power_w[i]`` holds on ``[t_ns[i], t_ns[i+1])``) and
+``idle_w`` outside it, so every window mean is exact.
+
+This is test code that lives in the package so ``ppwtop demo`` and scripts can drive the real
+sampler without a GPU.  It imports pynvml only for its constants and struct types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pynvml
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+_ERROR_INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+_ERROR_INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+_ERROR_NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+_ERROR_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+_ERROR_UNINITIALIZED: int = pynvml.NVML_ERROR_UNINITIALIZED
+_SUCCESS: int = pynvml.NVML_SUCCESS
+
+HANDLE_BASE = 0x7F000
+"""Fake device handles are the addresses ``HANDLE_BASE + index`` (never dereferenced)."""
+
+C_FUNCTIONS: frozenset[str] = frozenset({
+    "nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString",
+    "nvmlSystemGetDriverVersion", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetFieldValues", "nvmlDeviceGetSamples",
+    "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetClockInfo", "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetPowerUsage",
+})
+"""Every C function the fake library exports (pynvml looks them up by these names)."""
+
+DEVICE_CALLS: frozenset[str] = frozenset(
+    n for n in C_FUNCTIONS if n.startswith("nvmlDeviceGet")
+    and n not in ("nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2")
+)
+"""Per-board calls a :class:`BoardModel` may declare unsupported (NVML_ERROR_NOT_SUPPORTED)."""
+
+POWER_FIELDS: frozenset[int] = frozenset({
+    pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE,
+})
+
+
+def _ms_to_ns(ms: float) -> int:
+    return round(ms * 1e6)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BoardModel:
+    """One fake GPU: its identity, true power over time and its sensor.
+
+    ``t_ns``/``power_w`` is the true-power step function (ns since the epoch, W).  Clocks,
+    temperature and clock-event reasons are sample-and-hold on ``state_t_ns`` (or constants
+    when ``state_t_ns`` is empty).  ``supported`` lists the device calls that answer; the
+    others return NVML_ERROR_NOT_SUPPORTED.  ``fields`` lists the field ids that answer.
+    """
+
+    name: str
+    uuid: str
+    t_ns: I64
+    power_w: F64
+    period_ms: float = 100.0
+    window_ms: float = 25.0
+    lag_ms: float = 1.5
+    idle_w: float = 60.0
+    phase_ns: int | None = None  # a publication instant; default t_ns[0]
+    gain: float = 1.0
+    average_window_ms: float = 1000.0
+    power_usage_window_ms: float = 1000.0
+    samples_capacity: int = 120
+    energy_offset_mj: int = 1_000_000
+    supported: frozenset[str] = DEVICE_CALLS
+    fields: frozenset[int] = POWER_FIELDS
+    state_t_ns: I64 = dataclasses.field(default_factory=lambda: np.empty(0, np.int64))
+    sm_mhz: npt.ArrayLike = 1980
+    mem_mhz: npt.ArrayLike = 2619
+    temp_c: npt.ArrayLike = 45
+    clock_reasons: npt.ArrayLike = 0
+    _edges: I64 = dataclasses.field(init=False, repr=False)
+    _cum_j: F64 = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        t = np.ascontiguousarray(self.t_ns, dtype=np.int64)
+        p = np.ascontiguousarray(self.power_w, dtype=np.float64)
+        if t.ndim != 1 or t.shape != p.shape or len(t) < 1:
+            raise ValueError("BoardModel: t_ns and power_w must be equal-length 1-D, non-empty")
+        if len(t) > 1 and bool(np.any(np.diff(t) <= 0)):
+            raise ValueError("BoardModel: t_ns must be strictly increasing")
+        object.__setattr__(self, "t_ns", t)
+        object.__setattr__(self, "power_w", p)
+        object.__setattr__(self, "state_t_ns", np.asarray(self.state_t_ns, dtype=np.int64))
+        # Cumulative energy (J) at each grid point; the last step lasts until the grid's end,
+        # which is one median step after the last point.
+        step = int(np.median(np.diff(t))) if len(t) > 1 else 1_000_000
+        edges = np.append(t, t[-1] + step)
+        cum = np.concatenate([[0.0], np.cumsum(p * np.diff(edges) * 1e-9)])
+        object.__setattr__(self, "_edges", edges)
+        object.__setattr__(self, "_cum_j", cum)
+
+    # --- true power ----------------------------------------------------------------------
+
+    @property
+    def period_ns(self) -> int:
+        return _ms_to_ns(self.period_ms)
+
+    @property
+    def end_ns(self) -> int:
+        return int(self._edges[-1])
+
+    def energy_j(self, t_ns: npt.ArrayLike) -> F64:
+        """True energy (J) from the grid start to ``t_ns`` (idle power outside the grid)."""
+        t = np.asarray(t_ns, dtype=np.int64)
+        edges = self._edges
+        cum = self._cum_j
+        # Relative times: ns since the epoch do not fit a float64 exactly.
+        inside = np.interp((t - edges[0]).astype(np.float64),
+                           (edges - edges[0]).astype(np.float64), cum)
+        before = (t - edges[0]).astype(np.float64) * 1e-9 * self.idle_w
+        after = cum[-1] + (t - edges[-1]).astype(np.float64) * 1e-9 * self.idle_w
+        out = np.where(t < edges[0], before, np.where(t > edges[-1], after, inside))
+        return np.asarray(out, dtype=np.float64)
+
+    def mean_w(self, end_ns: npt.ArrayLike, window_ns: int) -> F64:
+        """Mean true power over ``[end − window, end]``."""
+        end = np.asarray(end_ns, dtype=np.int64)
+        de = self.energy_j(end) - self.energy_j(end - window_ns)
+        return np.asarray(de / (window_ns * 1e-9), dtype=np.float64)
+
+    # --- the sensor --------------------------------------------------------------------------
+
+    def publication_index(self, now_ns: int) -> int:
+        """Index ``k`` of the latest reading published at or before ``now_ns``."""
+        phase = int(self.t_ns[0]) if self.phase_ns is None else self.phase_ns
+        return (now_ns - phase) // self.period_ns
+
+    def publication_ns(self, k: npt.ArrayLike) -> I64:
+        phase = int(self.t_ns[0]) if self.phase_ns is None else self.phase_ns
+        return np.asarray(phase + np.asarray(k, dtype=np.int64) * self.period_ns, dtype=np.int64)
+
+    def published_mw(self, pub_ns: npt.ArrayLike, window_ms: float | None = None) -> I64:
+        """The reading (mW) published at ``pub_ns`` for a window (default: the sensor's)."""
+        w_ns = _ms_to_ns(self.window_ms if window_ms is None else window_ms)
+        end = np.asarray(pub_ns, dtype=np.int64) - _ms_to_ns(self.lag_ms)
+        return np.asarray(np.rint(self.gain * self.mean_w(end, w_ns) * 1e3), dtype=np.int64)
+
+    def latest_reading(self, now_ns: int, window_ms: float | None = None) -> tuple[int, int]:
+        """``(timestamp_us, power_mw)`` of the latest published reading."""
+        pub = int(self.publication_ns(self.publication_index(now_ns)))
+        return pub // 1000, int(self.published_mw(pub, window_ms))
+
+    def readings_after(self, last_seen_us: int, now_ns: int) -> tuple[I64, I64]:
+        """Published instant readings with timestamp > ``last_seen_us`` (the newest
+        ``samples_capacity`` of them): ``(timestamp_us, power_mw)``."""
+        k_hi = self.publication_index(now_ns)
+        k_lo = k_hi - self.samples_capacity + 1
+        pub = self.publication_ns(np.arange(k_lo, k_hi + 1))
+        pub = pub[pub // 1000 > last_seen_us]
+        return pub // 1000, self.published_mw(pub)
+
+    def energy_mj(self, now_ns: int) -> int:
+        return self.energy_offset_mj + int(np.floor(float(self.energy_j(now_ns)) * 1e3))
+
+    def power_usage_mw(self, now_ns: int) -> int:
+        pub = int(self.publication_ns(self.publication_index(now_ns)))
+        return int(self.published_mw(pub, self.power_usage_window_ms))
+
+    def state_at(self, now_ns: int) -> tuple[int, int, int, int]:
+        """``(sm_mhz, mem_mhz, temp_c, clock_reasons)`` held at ``now_ns``."""
+        vals = []
+        for v in (self.sm_mhz, self.mem_mhz, self.temp_c, self.clock_reasons):
+            arr = np.atleast_1d(np.asarray(v))
+            if len(self.state_t_ns) == 0 or len(arr) == 1:
+                vals.append(int(arr[0]))
+            else:
+                i = int(np.searchsorted(self.state_t_ns, now_ns, side="right")) - 1
+                vals.append(int(arr[max(i, 0)]))
+        return vals[0], vals[1], vals[2], vals[3]
+
+    def without(self, *calls: str) -> BoardModel:
+        """The same board with ``calls`` unsupported (device calls or ``"field:<id>"``)."""
+        fields = {int(c.split(":", 1)[1]) for c in calls if c.startswith("field:")}
+        names = {c for c in calls if not c.startswith("field:")}
+        return dataclasses.replace(
+            self, supported=self.supported - names, fields=self.fields - fields
+        )
+
+
+def square_wave(
+    start_ns: int, seconds: float, low_w: float, high_w: float, period_s: float,
+    *, step_ms: float = 1.0,
+) -> tuple[I64, F64]:
+    """A true-power grid alternating ``low_w``/``high_w`` every half ``period_s``."""
+    step = _ms_to_ns(step_ms)
+    t = start_ns + np.arange(round(seconds * 1e9 / step), dtype=np.int64) * step
+    phase = ((t - start_ns) % round(period_s * 1e9)) < round(period_s * 1e9 / 2)
+    return t, np.where(phase, low_w, high_w).astype(np.float64)
+
+
+class VirtualClock:
+    """A thread-safe clock (ns since the epoch) that moves only when the test moves it."""
+
+    def __init__(self, start_ns: int) -> None:
+        self._now = int(start_ns)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            return self._now
+
+    def advance(self, ns: int) -> int:
+        with self._lock:
+            self._now += int(ns)
+            return self._now
+
+    def advance_ms(self, ms: float) -> int:
+        return self.advance(_ms_to_ns(ms))
+
+
+class _CFunction:
+    """A callable that behaves like a ctypes foreign function (pynvml sets ``restype``)."""
+
+    __slots__ = ("__name__", "_impl", "_lib", "argtypes", "errcheck", "restype")
+
+    def __init__(self, lib: FakeNvmlLib, name: str, impl: Callable[..., Any]) -> None:
+        self.__name__ = name
+        self._impl = impl
+        self._lib = lib
+        self.restype: Any = ctypes.c_int
+        self.argtypes: Any = None
+        self.errcheck: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        self._lib.calls[self.__name__] += 1
+        return self._impl(*args)
+
+
+def _target(arg: Any) -> Any:
+    """The ctypes object behind a ``byref(...)`` argument (or the argument itself)."""
+    return getattr(arg, "_obj", arg)
+
+
+def _int(arg: Any) -> int:
+    return int(arg.value) if hasattr(arg, "value") else int(arg)
+
+
+def _write_str(buf: Any, length: Any, text: str) -> int:
+    data = text.encode()
+    if len(data) + 1 > _int(length):
+        return _ERROR_INSUFFICIENT_SIZE
+    buf.value = data
+    return _SUCCESS
+
+
+class FakeNvmlLib:
+    """The fake NVML library.  Attributes are the C functions (see :data:`C_FUNCTIONS`).
+
+    ``missing`` names functions the library does not export (pynvml then raises
+    NVMLError_FunctionNotFound, as with an older driver); ``init_error`` makes nvmlInit fail.
+    ``calls`` counts calls per function.
+    """
+
+    def __init__(
+        self,
+        boards: Sequence[BoardModel],
+        clock: Callable[[], int] = time.time_ns,
+        driver_version: str = "580.65.06",
+        missing: frozenset[str] = frozenset(),
+        init_error: int = pynvml.NVML_SUCCESS,
+    ) -> None:
+        self.boards = list(boards)
+        self.clock = clock
+        self.driver_version = driver_version
+        self.init_error = init_error
+        self.init_count = 0
+        self.calls: Counter[str] = Counter()
+        for name in C_FUNCTIONS - missing:
+            setattr(self, name, _CFunction(self, name, getattr(self, "_" + name)))
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _board(self, handle: Any, call: str) -> tuple[BoardModel | None, int]:
+        if self.init_count <= 0:
+            return None, pynvml.NVML_ERROR_UNINITIALIZED
+        addr = ctypes.cast(handle, ctypes.c_void_p).value
+        i = -1 if addr is None else addr - HANDLE_BASE
+        if not 0 <= i < len(self.boards):
+            return None, pynvml.NVML_ERROR_INVALID_ARGUMENT
+        board = self.boards[i]
+        if call not in board.supported:
+            return None, pynvml.NVML_ERROR_NOT_SUPPORTED
+        return board, pynvml.NVML_SUCCESS
+
+    # --- library ---------------------------------------------------------------------------------
+
+    def _nvmlInitWithFlags(self, flags: Any = 0) -> int:
+        if self.init_error != pynvml.NVML_SUCCESS:
+            return self.init_error
+        self.init_count += 1
+        return _SUCCESS
+
+    def _nvmlInit(self) -> int:
+        return self._nvmlInitWithFlags(0)
+
+    def _nvmlInit_v2(self) -> int:
+        return self._nvmlInitWithFlags(0)
+
+    def _nvmlShutdown(self) -> int:
+        if self.init_count <= 0:
+            return _ERROR_UNINITIALIZED
+        self.init_count -= 1
+        return _SUCCESS
+
+    def _nvmlErrorString(self, code: Any) -> bytes:
+        text = pynvml.NVMLError._errcode_to_string.get(_int(code), "Unknown Error")
+        return str(text).encode()
+
+    def _nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> int:
+        if self.init_count <= 0:
+            return _ERROR_UNINITIALIZED
+        return _write_str(buf, length, self.driver_version)
+
+    def _nvmlDeviceGetCount_v2(self, count: Any) -> int:
+        if self.init_count <= 0:
+            return _ERROR_UNINITIALIZED
+        _target(count).value = len(self.boards)
+        return _SUCCESS
+
+    def _nvmlDeviceGetHandleByIndex_v2(self, index: Any, device: Any) -> int:
+        if self.init_count <= 0:
+            return _ERROR_UNINITIALIZED
+        i = _int(index)
+        if not 0 <= i < len(self.boards):
+            return _ERROR_INVALID_ARGUMENT
+        ctypes.c_void_p.from_buffer(_target(device)).value = HANDLE_BASE + i
+        return _SUCCESS
+
+    # --- identity --------------------------------------------------------------------------
+
+    def _nvmlDeviceGetName(self, handle: Any, buf: Any, length: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetName")
+        return ret if board is None else _write_str(buf, length, board.name)
+
+    def _nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetUUID")
+        return ret if board is None else _write_str(buf, length, board.uuid)
+
+    # --- power -----------------------------------------------------------------------------
+
+    def _nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetFieldValues")
+        if board is None:
+            return ret
+        arr = _target(values)
+        now = self.clock()
+        for i in range(_int(count)):
+            v = arr[i]
+            v.latencyUsec = 0
+            if v.fieldId not in board.fields or v.fieldId not in POWER_FIELDS:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            window = (board.average_window_ms
+                      if v.fieldId == pynvml.NVML_FI_DEV_POWER_AVERAGE else None)
+            ts_us, mw = board.latest_reading(now, window)
+            v.timestamp = ts_us
+            v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+            v.value.uiVal = mw
+            v.nvmlReturn = pynvml.NVML_SUCCESS
+        return _SUCCESS
+
+    def _nvmlDeviceGetSamples(  # noqa: PLR0917 (the C signature)
+        self, handle: Any, kind: Any, last_seen: Any, value_type: Any, count: Any, samples: Any,
+    ) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetSamples")
+        if board is None:
+            return ret
+        if _int(kind) != pynvml.NVML_TOTAL_POWER_SAMPLES:
+            return _ERROR_NOT_SUPPORTED
+        ts_us, mw = board.readings_after(_int(last_seen), self.clock())
+        if len(ts_us) == 0:
+            return _ERROR_NOT_FOUND
+        _target(value_type).value = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        n_out = _target(count)
+        if samples is None:  # size query
+            n_out.value = len(ts_us)
+            return _SUCCESS
+        n = min(len(ts_us), int(n_out.value))  # oldest first; the rest come next time
+        buf = _target(samples)
+        for i in range(n):
+            buf[i].timeStamp = int(ts_us[i])
+            buf[i].sampleValue.uiVal = int(mw[i])
+        n_out.value = n
+        return _SUCCESS
+
+    def _nvmlDeviceGetPowerUsage(self, handle: Any, mw: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetPowerUsage")
+        if board is None:
+            return ret
+        _target(mw).value = board.power_usage_mw(self.clock())
+        return _SUCCESS
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, mj: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetTotalEnergyConsumption")
+        if board is None:
+            return ret
+        _target(mj).value = board.energy_mj(self.clock())
+        return _SUCCESS
+
+    # --- clocks and thermals -------------------------------------------------------------
+
+    def _nvmlDeviceGetClockInfo(self, handle: Any, clock_type: Any, mhz: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetClockInfo")
+        if board is None:
+            return ret
+        sm, mem, _, _ = board.state_at(self.clock())
+        kind = _int(clock_type)
+        if kind == pynvml.NVML_CLOCK_SM:
+            _target(mhz).value = sm
+        elif kind == pynvml.NVML_CLOCK_MEM:
+            _target(mhz).value = mem
+        else:
+            return _ERROR_NOT_SUPPORTED
+        return _SUCCESS
+
+    def _nvmlDeviceGetTemperature(self, handle: Any, sensor: Any, temp: Any) -> int:
+        board, ret = self._board(handle, "nvmlDeviceGetTemperature")
+        if board is None:
+            return ret
+        if _int(sensor) != pynvml.NVML_TEMPERATURE_GPU:
+            return _ERROR_NOT_SUPPORTED
+        _target(temp).value = board.state_at(self.clock())[2]
+        return _SUCCESS
+
+    def _reasons(self, handle: Any, reasons: Any, call: str) -> int:
+        board, ret = self._board(handle, call)
+        if board is None:
+            return ret
+        _target(reasons).value = board.state_at(self.clock())[3]
+        return _SUCCESS
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, reasons: Any) -> int:
+        return self._reasons(handle, reasons, "nvmlDeviceGetCurrentClocksEventReasons")
+
+    def _nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any, reasons: Any) -> int:
+        return self._reasons(handle, reasons, "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+@contextlib.contextmanager
+def installed(lib: FakeNvmlLib) -> Iterator[FakeNvmlLib]:
+    """Put ``lib`` in ``pynvml.nvmlLib`` (clearing pynvml's function-pointer cache) and restore
+    the previous library, cache and refcount on exit."""
+    saved_lib = pynvml.nvmlLib
+    saved_cache = dict(pynvml._nvmlGetFunctionPointer_cache)
+    saved_refcount = pynvml._nvmlLib_refcount
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = lib
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        yield lib
+    finally:
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = saved_lib
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+            pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
+            pynvml._nvmlLib_refcount = saved_refcount
