@@ -170,7 +170,8 @@ def _has_steps(s: Snapshot) -> bool:
         return False
     if len(st.step_energy_j) > 0:
         return True
-    return st.count > 0 and math.isfinite(st.energy_j.mean)
+    mean = st.energy_j.mean
+    return st.count > 0 and isinstance(mean, int | float) and math.isfinite(mean)
 
 
 def _series(s: Snapshot) -> FloatArray:
@@ -224,7 +225,8 @@ def _per_step(
 def bootstrap_mean_diff_ci(
     xa: FloatArray, xb: FloatArray, *, n_boot: int = 2000, seed: int = 0, level: float = 0.90
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(xb) - mean(xa), each side resampled alone."""
+    """Percentile bootstrap interval of mean(xb) - mean(xa), each side resampled alone
+    (spread widened by sqrt(n/(n-1)) per side, the usual small-sample correction)."""
     rng = np.random.default_rng(seed)
     diffs = _boot_means(xb, n_boot, rng) - _boot_means(xa, n_boot, rng)
     tail = (1.0 - level) / 2.0
@@ -240,6 +242,9 @@ def _boot_means(x: FloatArray, n_boot: int, rng: np.random.Generator) -> FloatAr
         stop = min(n_boot, start + chunk)
         idx = rng.integers(0, n, size=(stop - start, n))
         out[start:stop] = x[idx].mean(axis=1)
+    if n > 1:  # the plain bootstrap's variance of the mean is (n-1)/n of s^2/n: undo that
+        m = float(x.mean())
+        out = m + (out - m) * math.sqrt(n / (n - 1))
     return out
 
 

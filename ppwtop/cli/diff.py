@@ -43,8 +43,9 @@ def main(argv: list[str]) -> int:
     owners = read_owners(args.owners) if args.owners else None
     try:
         result = diff(base, cand, noise_floor=args.noise_floor, seed=args.seed, owners=owners)
-    except ValueError as e:
-        raise InputError(f"{args.baseline} vs {args.candidate}", str(e)) from None
+    except (ValueError, TypeError, ZeroDivisionError) as e:  # numbers missing or null
+        raise InputError(f"{args.baseline} vs {args.candidate}",
+                         f"cannot compare: {e}") from None
 
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2))
