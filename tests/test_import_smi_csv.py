@@ -181,3 +181,14 @@ def test_zeus_monitor_sample_mw() -> None:
         dt.datetime(2022, 7, 13, 2, 7, 36, tzinfo=dt.UTC).timestamp()) * 10**9 + 708783111
     assert 32_000 < np.mean(t.power.power_mw) < 33_000  # idle GPU, about 32.4 W
     assert t.power.fresh.tolist()[:4] == [True, False, True, False]
+
+
+def test_system_local_zone_when_no_tz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.delenv("TZ", raising=False)
+    t = load_smi_csv(_write(tmp_path, SAMPLE))
+    assert t.meta["timezone"] == "local"
+    naive = dt.datetime(2023, 7, 8, 19, 28, 27)
+    expect_ns = int(time.mktime(naive.timetuple())) * 10**9 + 236_000_000
+    assert int(t.power.t_ns[0]) == expect_ns

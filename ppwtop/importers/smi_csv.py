@@ -16,6 +16,7 @@ import datetime as dt
 import io
 import os
 import re
+import time
 import zoneinfo
 from collections.abc import Callable
 from pathlib import Path
@@ -261,6 +262,9 @@ def resolve_tz(tz: str | None) -> tuple[str, Callable[[dt.datetime], dt.timedelt
                 raise ValueError(f"unknown time zone {tz!r}") from e
         else:
             return spec, lambda t: t.replace(tzinfo=zone).utcoffset() or dt.timedelta(0)
+
+    if hasattr(time, "tzset"):
+        time.tzset()  # make the C library follow the current environment (TZ may have changed)
 
     def local(t: dt.datetime) -> dt.timedelta:
         return t.astimezone().utcoffset() or dt.timedelta(0)
