@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -270,6 +271,26 @@ def test_owners_are_attached_to_mechanisms() -> None:
     assert {m.owner for m in r.mechanisms[1:]} <= {"unowned"}
 
 
+def test_swapping_sides_negates_the_delta_and_flips_the_verdict() -> None:
+    rng = np.random.default_rng(12)
+    a = workload(rng, n_steps=200)
+    b = workload(rng, n_steps=200, scale={"flash_fwd_kernel": 1.2})
+    ab, ba = diff(a, b), diff(b, a)
+    assert ab.delta == pytest.approx(-ba.delta)
+    assert (ab.verdict, ba.verdict) == ("regression", "improvement")
+    assert {m.mechanism: m.delta_j for m in ab.mechanisms} == pytest.approx(
+        {m.mechanism: -m.delta_j for m in ba.mechanisms})
+
+
+def test_a_snapshot_against_itself_is_neutral() -> None:
+    a = workload(np.random.default_rng(13))
+    r = diff(a, a)
+    assert r.delta == 0.0
+    assert r.verdict == "neutral"
+    assert r.comparability == pytest.approx(1.0)
+    assert all(m.delta_j == 0.0 and m.share_of_delta == 0.0 for m in r.mechanisms)
+
+
 # ---------------------------------------------------------------- CLI
 
 CONTRACT_KEYS = {"schema", "verdict", "metric", "baseline", "candidate", "delta", "delta_ci",
@@ -394,3 +415,21 @@ def test_usage_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:
         main(["diff", "--help"])
     assert e.value.code == 0
     assert "--fail-on-regression" in capsys.readouterr().out
+
+
+def test_uncomparable_numbers_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = make_snapshot(None, {"k": 100.0})
+    empty_window = dataclasses.replace(good, window=Window(5, 5))
+    a = _write(tmp_path / "a.json", good)
+    b = _write(tmp_path / "b.json", empty_window)
+    assert main(["diff", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppwtop: error:") and "no duration" in err and "\n" not in err
+    doc = good.to_dict()
+    doc["totals"]["energy_j"] = None
+    (tmp_path / "null.json").write_bytes(orjson.dumps(doc))
+    assert main(["diff", str(a), str(tmp_path / "null.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppwtop: error:") and "internal error" not in err
