@@ -1,0 +1,98 @@
+"""True board power on a fine grid: active idle + the superposition of every active item's ΔP,
+passed through an energy-conserving response, plus labelled extras (consumer boost tail).
+
+Owns :func:`true_power_grid`.  The per-bin mean of the piecewise-constant dynamic power is
+computed exactly from the items' rate-change events (cumulative-sum differencing), so the grid
+holds ``Σ ΔP·duration`` to float precision; the response is a unit-DC-gain linear filter, which
+moves energy in time but neither adds nor removes any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.signal import lfilter
+
+from attribution.model import F64, I64
+
+GRID_DT_NS = 500_000
+"""Grid resolution of the true power (0.5 ms)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Response:
+    """Sum of first-order low-passes, weights summing to 1 (unit DC gain)."""
+
+    taus_ms: tuple[float, ...]
+    weights: tuple[float, ...]
+    tail_frac: float = 0.0  # consumer cards: power left on after the GPU goes idle
+    tail_tau_s: float = 0.8
+    tail_min_gap_ms: float = 20.0
+
+
+DATACENTER = Response((0.8,), (1.0,))
+CONSUMER = Response((3.0, 120.0), (0.6, 0.4), tail_frac=0.2)
+
+
+def binned_dynamic_w(start_ns: I64, end_ns: I64, dp_w: F64, grid_t0_ns: int, *, n_bins: int,
+                     dt_ns: int = GRID_DT_NS) -> F64:
+    """Exact mean of Σ ΔP·1[start ≤ t < end] over each grid bin."""
+    s = (start_ns - grid_t0_ns).astype(np.float64) * 1e-9
+    e = (end_ns - grid_t0_ns).astype(np.float64) * 1e-9
+    tau = np.concatenate([s, e])
+    rate = np.concatenate([dp_w, -dp_w])
+    order = np.argsort(tau, kind="stable")
+    tau, rate = tau[order], rate[order]
+    r_cum = np.concatenate([[0.0], np.cumsum(rate)])
+    q_cum = np.concatenate([[0.0], np.cumsum(rate * tau)])
+    edges = np.arange(n_bins + 1, dtype=np.float64) * (dt_ns * 1e-9)
+    k = np.searchsorted(tau, edges, side="right")
+    energy_j = edges * r_cum[k] - q_cum[k]
+    out: F64 = np.diff(energy_j) / (dt_ns * 1e-9)
+    return out
+
+
+def respond(dyn_w: F64, resp: Response, dt_ns: int = GRID_DT_NS) -> F64:
+    out = np.zeros_like(dyn_w)
+    for tau, w in zip(resp.taus_ms, resp.weights, strict=True):
+        a = float(np.exp(-dt_ns * 1e-6 / tau))
+        out += w * np.asarray(lfilter([1.0 - a], [1.0, -a], dyn_w), dtype=np.float64)
+    return out
+
+
+def boost_tail_w(power_dyn_w: F64, gap_start_ns: I64, gap_end_ns: I64, grid_t0_ns: int,
+                 *, resp: Response, dt_ns: int = GRID_DT_NS) -> F64:
+    """Extra power a consumer card keeps on after going idle (decays within the gap)."""
+    out = np.zeros_like(power_dyn_w)
+    if resp.tail_frac <= 0:
+        return out
+    long_ = (gap_end_ns - gap_start_ns) > resp.tail_min_gap_ms * 1e6
+    gs, ge = gap_start_ns[long_], gap_end_ns[long_]
+    if not len(gs):
+        return out
+    centers = grid_t0_ns + (np.arange(len(out), dtype=np.int64) * dt_ns + dt_ns // 2)
+    gid = np.searchsorted(gs, centers, side="right") - 1
+    ok = gid >= 0
+    gidc = np.clip(gid, 0, None)
+    inside = ok & (centers < ge[gidc])
+    b0 = np.clip((gs - grid_t0_ns) // dt_ns - 1, 0, len(out) - 1)
+    level = resp.tail_frac * np.maximum(power_dyn_w[b0], 0.0)
+    age_s = (centers - gs[gidc]).astype(np.float64) * 1e-9
+    out[inside] = (level[gidc] * np.exp(-age_s / resp.tail_tau_s))[inside]
+    return out
+
+
+def cumulative_j(power_w: F64, dt_ns: int = GRID_DT_NS) -> F64:
+    """Energy at the grid edges (J), starting at 0: exact for the piecewise-constant grid."""
+    return np.concatenate([[0.0], np.cumsum(power_w) * (dt_ns * 1e-9)])
+
+
+def integral_j(cum_j: F64, grid_t0_ns: int, a_ns: I64, b_ns: I64,
+               dt_ns: int = GRID_DT_NS) -> F64:
+    """∫ power over [a, b] for each pair, from the cumulative energy at the grid edges."""
+    edges = np.arange(len(cum_j), dtype=np.float64)
+    fa = (a_ns - grid_t0_ns).astype(np.float64) / dt_ns
+    fb = (b_ns - grid_t0_ns).astype(np.float64) / dt_ns
+    out: F64 = np.interp(fb, edges, cum_j) - np.interp(fa, edges, cum_j)
+    return out

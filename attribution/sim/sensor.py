@@ -1,0 +1,133 @@
+"""The board's NVML view of the true power: published readings per power field, an
+nvidia-smi-style poll stream, the energy counter and clock/thermal samples.
+
+Owns :func:`sense`.  Reading k of a field with window W and lag D, published at
+``t_k = s0 + k·T + jitter``, is ``gain × mean(true power over [t_k − D − W, t_k − D])``
+rounded to mW; the energy counter is ``E0 + gain × ∫ true power`` in mJ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.signal import lfilter
+
+from attribution.model import (
+    CLOCK_REASON_GPU_IDLE,
+    F64,
+    I64,
+    ClockBatch,
+    EnergyBatch,
+    PowerBatch,
+    PowerField,
+)
+from attribution.presets import GpuPreset, SensorModel
+from attribution.sim.power import cumulative_j, integral_j
+
+MS = 1_000_000
+PUBLISH_JITTER_MS = 0.2
+POLL_MS = 10.0  # nvidia-smi -lms 10
+ENERGY_READ_MS = 100.0
+CLOCK_READ_MS = 100.0
+
+CLOCKS_MHZ = {  # (max SM clock, memory clock)
+    "v100": (1530, 877), "a100": (1410, 1593), "h100": (1980, 2619), "h200": (1980, 3201),
+    "rtx3090": (1695, 9751), "rtx4090": (2520, 10501),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SensorSetup:
+    fields: dict[PowerField, SensorModel]
+    gain: float
+    phase_ns: int
+
+
+def setup(preset: GpuPreset, rng: np.random.Generator, lag_ms: float | None,
+          average_only: bool) -> SensorSetup:
+    if average_only:
+        base = preset.sensors.get(PowerField.AVERAGE, SensorModel(PowerField.AVERAGE, 100, 1000))
+        fields = {PowerField.AVERAGE: base}
+    else:
+        fields = dict(preset.sensors)
+    if lag_ms is not None:
+        fields = {f: dataclasses.replace(s, lag_ms=lag_ms) for f, s in fields.items()}
+    gain = float(np.clip(1.0 + preset.gain_sigma * rng.standard_normal(), 0.95, 1.05))
+    period = max(s.period_ms for s in fields.values())
+    return SensorSetup(fields, gain, int(rng.uniform(0, period) * MS))
+
+
+def _mw(values_w: F64, gain: float) -> I64:
+    return np.rint(values_w * gain * 1000.0).astype(np.int64)
+
+
+def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, int],
+          rng: np.random.Generator) -> tuple[PowerBatch, EnergyBatch]:
+    """Published readings (fresh) + a poll stream (fresh=False), and the energy counter."""
+    cum = cumulative_j(power_w)
+    a, b = span
+    parts: list[PowerBatch] = []
+    by_period: dict[float, I64] = {}
+    for field, sm in sorted(setup_.fields.items()):
+        if sm.period_ms not in by_period:
+            k = np.arange(int((b - a) / (sm.period_ms * MS)) + 1)
+            jit = rng.normal(0.0, PUBLISH_JITTER_MS * MS, len(k))
+            by_period[sm.period_ms] = (a + setup_.phase_ns + np.rint(k * sm.period_ms * MS + jit)
+                                       ).astype(np.int64)
+        t = by_period[sm.period_ms]
+        hi = t - round(sm.lag_ms * MS)
+        lo = hi - round(sm.window_ms * MS)
+        mean_w = integral_j(cum, grid_t0_ns, lo, hi) / (sm.window_ms * 1e-3)
+        parts.append(PowerBatch.from_columns({
+            "t_ns": t, "power_mw": _mw(mean_w, setup_.gain), "device": np.zeros(len(t)),
+            "field": np.full(len(t), int(field)), "fresh": np.ones(len(t), bool)}))
+    # nvidia-smi at -lms 10: each poll shows the latest reading of every field
+    steps = POLL_MS * MS + rng.uniform(1.0, 4.0, int((b - a) / (POLL_MS * MS)) + 1) * MS
+    polls = (a + 0.3e9 + np.cumsum(steps)).astype(np.int64)
+    polls = polls[polls < b]
+    for p in list(parts):
+        idx = np.searchsorted(p.t_ns, polls, side="right") - 1
+        ok = idx >= 0
+        parts.append(PowerBatch.from_columns({
+            "t_ns": polls[ok], "power_mw": p.power_mw[idx[ok]], "device": np.zeros(int(ok.sum())),
+            "field": np.full(int(ok.sum()), int(p.field[0])),
+            "fresh": np.zeros(int(ok.sum()), bool)}))
+    power = PowerBatch.concat(parts).sorted_by("t_ns")
+    te = (a + np.arange(int((b - a) / (ENERGY_READ_MS * MS)) + 1) * round(ENERGY_READ_MS * MS)
+          + rng.integers(0, 200_000, int((b - a) / (ENERGY_READ_MS * MS)) + 1)).astype(np.int64)
+    e0 = int(rng.integers(10**8, 10**9))
+    ej = integral_j(cum, grid_t0_ns, np.full(len(te), grid_t0_ns), te)
+    energy = EnergyBatch.from_columns({
+        "t_ns": te, "energy_mj": e0 + np.floor(ej * setup_.gain * 1000.0).astype(np.int64),
+        "device": np.zeros(len(te))})
+    return power, energy
+
+
+def clocks(preset: GpuPreset, power_w: F64, grid_t0_ns: int, span: tuple[int, int], *,
+           busy_start_ns: I64, busy_end_ns: I64,
+           clamps: tuple[tuple[int, int, int, float], ...]) -> ClockBatch:
+    a, b = span
+    n = int((b - a) / (CLOCK_READ_MS * MS)) + 1
+    t = a + np.arange(n, dtype=np.int64) * round(CLOCK_READ_MS * MS) + 37_000
+    sm_max, mem = CLOCKS_MHZ.get(preset.key, (1500, 1500))
+    sm = np.full(n, sm_max, dtype=np.int64)
+    reasons = np.zeros(n, dtype=np.uint64)
+    idx = np.searchsorted(busy_start_ns, t, side="right") - 1
+    busy = (idx >= 0) & (busy_end_ns[np.clip(idx, 0, None)] > t)
+    reasons[~busy] |= np.uint64(CLOCK_REASON_GPU_IDLE)
+    for c0, c1, reason, ratio in clamps:
+        m = (t >= c0) & (t < c1)
+        sm[m] = (np.rint(sm_max * ratio / 15.0) * 15).astype(np.int64)
+        reasons[m] |= np.uint64(reason)
+    cum = cumulative_j(power_w)
+    mean_w = integral_j(cum, grid_t0_ns, t - round(CLOCK_READ_MS * MS), t) / (CLOCK_READ_MS * 1e-3)
+    # temperature: slow first-order response to power (tau 20 s), ambient 30 °C
+    alpha = 1.0 - np.exp(-CLOCK_READ_MS / 20_000.0)
+    level = 30.0 + 0.09 * mean_w[0] if n else 0.0
+    x = 30.0 + 0.09 * mean_w
+    temp = np.asarray(lfilter([alpha], [1.0, -(1.0 - alpha)], x - level), dtype=np.float64) + level
+    return ClockBatch.from_columns({
+        "t_ns": t, "device": np.zeros(n), "sm_mhz": sm, "mem_mhz": np.full(n, mem),
+        "temp_c": temp, "clock_reasons": reasons})
+

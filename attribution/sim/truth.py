@@ -1,0 +1,69 @@
+"""Ground truth of one simulated run, by construction.
+
+Owns the :class:`Truth` dataclass and its JSON-able form.  Per-instance dynamic energy is
+``ΔP × duration`` (exact: the board's response filter moves energy in time, never changes it);
+idle energy is ``P_idle × time`` with no kernel and no copy running, split by the cause the
+simulator generated the gap with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from attribution.model import F64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Truth:
+    """What really happened.  Energies in J, times in s unless the name says otherwise."""
+
+    scenario: str
+    gpu: str
+    seed: int
+    window_start_ns: int  # host/NVML clock
+    window_end_ns: int
+    active_idle_w: float
+    class_dynamic_j: dict[str, float]  # "kernel:<name>" / "copy:<kind>/<memory>" → J
+    class_energy_j: dict[str, float]  # dynamic + share of P_idle × duration
+    class_time_s: dict[str, float]
+    class_calls: dict[str, int]
+    kernel_dynamic_j: F64  # aligned with trace.kernels rows
+    copy_dynamic_j: F64  # aligned with trace.copies rows
+    idle_energy_j: dict[str, float]  # "idle.<cause>" → J
+    idle_time_s: dict[str, float]
+    extras_j: dict[str, float]  # labelled energy no item causes (consumer boost tail)
+    dynamic_energy_j: float
+    total_energy_j: float  # P_idle × T + Σ dynamic + Σ extras over the window
+    step_energy_j: F64  # per ProfilerStep (dynamic + P_idle × duration), aligned with markers
+    lag_ms: float  # the sensor's true lag (default field)
+    default_field: str
+    sensors: dict[str, dict[str, float]]  # field → period_ms, window_ms, lag_ms
+    gain: float
+    clock_offset_ns: int  # trace (CUPTI) time − true (host/NVML) time
+    inseparable: list[list[str]]  # fixed-mix groups
+    clamp_episodes: list[dict[str, Any]]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def effective_lag_ms(self) -> float:
+        """Lag an engine fitting readings against trace times should find."""
+        return self.lag_ms + self.clock_offset_ns / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
+        out["effective_lag_ms"] = self.effective_lag_ms
+        out["schema"] = "ppwtop.truth/1"
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Truth:
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        for k in ("kernel_dynamic_j", "copy_dynamic_j", "step_energy_j"):
+            kw[k] = np.asarray(kw.get(k, []), dtype=np.float64)
+        return cls(**kw)
