@@ -124,6 +124,24 @@ def test_stream_reader_yields_chunks_in_order_as_views(tmp_path: Path) -> None:
     assert [t.name(int(i)) for i in t.kernels.name_id] == ["a", "b"]
 
 
+def test_append_trace_delta_writes_only_new_names(tmp_path: Path) -> None:
+    path = tmp_path / "d.ppw"
+    table = StringTable(["gemm"])
+    with RecordingWriter(path, {"pid": 1}, DEVICES, fsync=True) as w:
+        w.append_trace_delta(Trace(strings=table, kernels=KernelBatch.from_columns(
+            {"start_ns": [1], "name_id": [0]})))
+        table.intern("relu")
+        w.append_trace_delta(Trace(strings=table, kernels=KernelBatch.from_columns(
+            {"start_ns": [2, 3], "name_id": [1, 0]}), power=PowerBatch.from_columns(
+            {"t_ns": [9], "power_mw": [123_456]})))
+        w.flush()
+    deltas = [v for k, v in iter_chunks(path) if k == "strings"]
+    assert deltas == [["gemm"], ["relu"]]
+    t = read_recording(path)
+    assert [t.name(int(i)) for i in t.kernels.name_id] == ["gemm", "relu", "gemm"]
+    assert t.power.power_mw.tolist() == [123_456]
+
+
 def test_trace_helpers_and_importer_dispatch(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     trace = Trace(strings=StringTable(["x", "y"]), devices=DEVICES[:1], meta=dict(META))
@@ -422,9 +440,11 @@ def test_reading_50_mb_allocates_about_the_data_once_and_streaming_almost_nothin
         tracemalloc.reset_peak()
         before_stream, _ = tracemalloc.get_traced_memory()
         total = 0
+        n_kernel_chunks = 0
         for kind, batch in iter_chunks(path):
             if kind == "kernels":
                 total += int(batch.start_ns.sum() // 1000)
+                n_kernel_chunks += 1
         _, peak_stream = tracemalloc.get_traced_memory()
         peak_stream -= before_stream
     finally:
@@ -432,6 +452,7 @@ def test_reading_50_mb_allocates_about_the_data_once_and_streaming_almost_nothin
     assert len(t.kernels) == rows
     assert int(t.kernels.end_ns[-1]) == (rows - 1) * 1000 + 500
     assert total == int(base.sum())
+    assert n_kernel_chunks == -(-data_bytes // (4 << 20))  # split at max_chunk_bytes
     # The trace's own arrays are traced (numpy reports its buffers), so the peak cannot be
     # below the data; per-record objects or a read() of the whole file would double it.
     assert 0.95 * data_bytes < peak_read < 1.25 * data_bytes
