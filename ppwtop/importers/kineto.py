@@ -1,0 +1,192 @@
+"""PyTorch profiler / Kineto Chrome-trace JSON (``.json`` or ``.json.gz``) → :class:`Trace`.
+
+Owns reading the file (gzip detected by magic bytes), decoding it with one ``orjson.loads``,
+recognising the schema generation, refusing what ppwtop cannot use (not a trace, AMD/ROCm), and
+assembling the Trace (devices, run metadata, notes).  The per-category column extraction lives
+in :mod:`ppwtop.importers.kineto_columns`.
+
+Schemas:
+
+* modern (PyTorch ≥ 2.x Kineto): lowercase categories (``kernel``, ``gpu_memcpy``,
+  ``gpu_memset``, ``cuda_runtime``, ``cuda_driver``, ``user_annotation``,
+  ``gpu_user_annotation``), ``ts`` float µs, optionally relative to ``baseTimeNanoseconds``.
+* legacy (2021 Kineto): capitalised categories (``Kernel``, ``Memcpy``, ``Memset``,
+  ``Runtime``, ``Operator``), ``tid`` strings such as ``"stream 7"``, integer µs since the epoch.
+
+All times come out as int64 ns since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import math
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from attribution.model import DeviceInfo, MarkerKind, StringTable, Trace
+from ppwtop.errors import InputError
+from ppwtop.importers import kineto_columns as kc
+
+GZIP_MAGIC = b"\x1f\x8b"
+_AMD_NAME = re.compile(r"\bAMD\b|Instinct|Radeon|\bMI\d{3}|gfx\d", re.IGNORECASE)
+NO_GPU_NOTE = "no GPU events (kernels, memcpy, memset) in the trace: nothing to attribute"
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The decoded top-level JSON object; InputError for anything that is not one."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error):
+            raise InputError(p, "truncated or corrupt gzip") from None
+    if not raw.strip():
+        raise InputError(p, "file is empty")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InputError(p, f"not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise InputError(p, "not a Kineto/Chrome trace (no traceEvents)")
+    return doc
+
+
+def load_kineto(path: str | Path) -> Trace:
+    """Read a Kineto/Chrome trace; raise InputError for files ppwtop cannot use."""
+    doc = read_document(path)
+    return trace_from_document(doc, path)
+
+
+def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
+    """Build the Trace from an already decoded document (see :func:`read_document`)."""
+    props = doc.get("deviceProperties")
+    props_list = [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []
+    if _amd_devices(props_list):
+        raise _amd(path)
+    try:
+        groups = kc.group_by_cat(doc["traceEvents"])
+    except (AttributeError, TypeError):
+        raise InputError(
+            path, "not a Kineto/Chrome trace (traceEvents holds non-objects)") from None
+    api_ev = groups["cuda_runtime"] + groups["cuda_driver"] + groups["Runtime"]
+    if any(isinstance(e.get("name"), str) and e["name"].startswith("hip") for e in api_ev):
+        raise _amd(path)
+
+    legacy = any(groups[c] for c in kc.LEGACY_CATS)
+    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+    notes: list[str] = []
+    strings = StringTable()
+
+    def run(fn: Any, cats: tuple[str, ...], what: str) -> Any:
+        ev = groups[cats[0]] if len(cats) == 1 else [e for c in cats for e in groups[c]]
+        return kc.tolerant(fn, ev, strings, base_ns, what=what, notes=notes)
+
+    kernels = run(kc.kernels, kc.KERNEL_CATS, "kernel")
+    copies = run(kc.copies, kc.COPY_CATS, "memcpy")
+    memsets = run(kc.memsets, kc.MEMSET_CATS, "memset")
+    apis = kc.tolerant(kc.apis, api_ev, strings, base_ns, what="runtime/driver", notes=notes)
+    host_ev = groups["user_annotation"] + [e for c in kc.STEP_CATS
+                                           for e in kc.step_ops(groups[c])]
+    host = kc.tolerant(
+        functools.partial(kc.markers, kind=MarkerKind.USER_ANNOTATION, on_gpu=False),
+        host_ev, strings, base_ns, what="user_annotation", notes=notes)
+    gpu = kc.tolerant(
+        functools.partial(kc.markers, kind=MarkerKind.GPU_USER_ANNOTATION, on_gpu=True),
+        groups["gpu_user_annotation"], strings, base_ns, what="gpu_user_annotation",
+        notes=notes)
+    markers = type(host).concat([host, gpu]).sorted_by()
+
+    if not (len(kernels) or len(copies) or len(memsets)):
+        notes.append(NO_GPU_NOTE)
+    n_range = len(groups["cuda_profiler_range"])
+    if n_range:
+        notes.append(f"{n_range} cuda_profiler_range event(s) (CUPTI range profiler) are "
+                     "counter ranges, not kernel executions; ignored")
+
+    meta: dict[str, Any] = {
+        "source": str(path),
+        "format": "kineto",
+        "schema": "legacy" if legacy else "modern",
+        "notes": notes,
+    }
+    dist = doc.get("distributedInfo")
+    if isinstance(dist, dict):
+        for key in ("rank", "world_size"):
+            if isinstance(dist.get(key), int):
+                meta[key] = dist[key]
+    for key in ("displayTimeUnit", "schemaVersion", "cuda_runtime_version",
+                "cuda_driver_version", "cupti_version"):
+        if isinstance(doc.get(key), (str, int)):
+            meta[key] = doc[key]
+
+    devices = _devices(props_list, kernels.device, copies.device, memsets.device)
+    if not props_list and devices:
+        notes.append("no deviceProperties: device names unknown")
+    return Trace(strings=strings, kernels=kernels, copies=copies, memsets=memsets, apis=apis,
+                 markers=markers, devices=devices, meta=meta)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _amd(path: str | Path) -> InputError:
+    return InputError(path, "AMD/ROCm trace: ppwtop supports NVIDIA GPUs only")
+
+
+def _amd_devices(props: list[dict[str, Any]]) -> bool:
+    for d in props:
+        text = " ".join(str(d.get(k, "")) for k in ("name", "vendor", "gcnArchName"))
+        if _AMD_NAME.search(text):
+            return True
+    return False
+
+
+def _base_ns(v: Any) -> int:
+    if isinstance(v, bool):
+        return 0
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return int(v)
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v)
+    return 0
+
+
+def _int(v: Any, default: int = -1) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _devices(props: list[dict[str, Any]], *device_cols: Any) -> list[DeviceInfo]:
+    out: dict[int, DeviceInfo] = {}
+    for i, d in enumerate(props):
+        index = _int(d.get("id"), i)
+        major, minor = d.get("computeMajor"), d.get("computeMinor")
+        cc = f"{major}.{minor}" if isinstance(major, int) and isinstance(minor, int) else ""
+        out[index] = DeviceInfo(
+            index=index,
+            name=str(d.get("name", "")),
+            uuid=str(d.get("uuid", "")),
+            total_memory_bytes=_int(d.get("totalGlobalMem")),
+            sm_count=_int(d.get("numSms")),
+            compute_capability=cc,
+        )
+    for col in device_cols:
+        for dev in (int(x) for x in np.unique(col)):
+            if dev >= 0 and dev not in out and not props:
+                out[dev] = DeviceInfo(index=dev)
+    return [out[k] for k in sorted(out)]
