@@ -410,9 +410,9 @@ class NvmlSampler:
                 if d.lost:
                     continue
                 self._poll_power(d, now, rows)
-                if samples_due and d.samples:
+                if samples_due and d.samples and not d.lost:
                     self._poll_samples(d, rows)
-                if clocks_due:
+                if clocks_due and not d.lost:
                     self._poll_clocks(d, now, rows)
             with self._lock:
                 self._rows.extend(rows)
@@ -458,7 +458,7 @@ class NvmlSampler:
             if mw is not None:
                 rows.power(now, int(mw), d.device_id, PowerField.DRAW, mw != d.last_usage_mw)
                 d.last_usage_mw = int(mw)
-        if d.energy:
+        if d.energy and not d.lost:
             mj = self._call(d, "energy counter", pynvml.nvmlDeviceGetTotalEnergyConsumption,
                             d.handle)
             if mj is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import math
 import threading
 import time
 from collections import Counter
@@ -139,15 +140,31 @@ class BoardModel:
     def energy_j(self, t_ns: npt.ArrayLike) -> F64:
         """True energy (J) from the grid start to ``t_ns`` (idle power outside the grid)."""
         t = np.asarray(t_ns, dtype=np.int64)
-        edges = self._edges
-        cum = self._cum_j
-        # Relative times: ns since the epoch do not fit a float64 exactly.
-        inside = np.interp((t - edges[0]).astype(np.float64),
-                           (edges - edges[0]).astype(np.float64), cum)
+        edges, cum, p = self._edges, self._cum_j, self.power_w
+        i = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(p) - 1)
+        # Differences in int64 first: ns since the epoch do not fit a float64 exactly.
+        inside = cum[i] + (t - edges[i]).astype(np.float64) * 1e-9 * p[i]
         before = (t - edges[0]).astype(np.float64) * 1e-9 * self.idle_w
         after = cum[-1] + (t - edges[-1]).astype(np.float64) * 1e-9 * self.idle_w
         out = np.where(t < edges[0], before, np.where(t > edges[-1], after, inside))
         return np.asarray(out, dtype=np.float64)
+
+    def _energy_one(self, t: int) -> float:
+        """:meth:`energy_j` for one time, with the same float operations (bit-identical)."""
+        e_first, e_last = int(self._edges[0]), int(self._edges[-1])
+        if t < e_first:
+            return float(t - e_first) * 1e-9 * self.idle_w
+        if t > e_last:
+            return float(self._cum_j[-1]) + float(t - e_last) * 1e-9 * self.idle_w
+        i = min(int(np.searchsorted(self._edges, t, side="right")) - 1, len(self.power_w) - 1)
+        return (float(self._cum_j[i]) + float(t - int(self._edges[i])) * 1e-9
+                * float(self.power_w[i]))
+
+    def _published_one(self, pub_ns: int, window_ms: float | None = None) -> int:
+        w_ns = _ms_to_ns(self.window_ms if window_ms is None else window_ms)
+        end = pub_ns - _ms_to_ns(self.lag_ms)
+        mean = (self._energy_one(end) - self._energy_one(end - w_ns)) / (w_ns * 1e-9)
+        return round(self.gain * mean * 1e3)
 
     def mean_w(self, end_ns: npt.ArrayLike, window_ns: int) -> F64:
         """Mean true power over ``[end − window, end]``."""
@@ -175,7 +192,7 @@ class BoardModel:
     def latest_reading(self, now_ns: int, window_ms: float | None = None) -> tuple[int, int]:
         """``(timestamp_us, power_mw)`` of the latest published reading."""
         pub = int(self.publication_ns(self.publication_index(now_ns)))
-        return pub // 1000, int(self.published_mw(pub, window_ms))
+        return pub // 1000, self._published_one(pub, window_ms)
 
     def readings_after(self, last_seen_us: int, now_ns: int) -> tuple[I64, I64]:
         """Published instant readings with timestamp > ``last_seen_us`` (the newest
@@ -187,11 +204,11 @@ class BoardModel:
         return pub // 1000, self.published_mw(pub)
 
     def energy_mj(self, now_ns: int) -> int:
-        return self.energy_offset_mj + int(np.floor(float(self.energy_j(now_ns)) * 1e3))
+        return self.energy_offset_mj + math.floor(self._energy_one(now_ns) * 1e3)
 
     def power_usage_mw(self, now_ns: int) -> int:
         pub = int(self.publication_ns(self.publication_index(now_ns)))
-        return int(self.published_mw(pub, self.power_usage_window_ms))
+        return self._published_one(pub, self.power_usage_window_ms)
 
     def state_at(self, now_ns: int) -> tuple[int, int, int, int]:
         """``(sm_mhz, mem_mhz, temp_c, clock_reasons)`` held at ``now_ns``."""
@@ -260,7 +277,8 @@ class _CFunction:
 
     def __call__(self, *args: Any) -> Any:
         self._lib.calls[self.__name__] += 1
-        return self._impl(*args)
+        failure = self._lib.fail.get(self.__name__)
+        return self._impl(*args) if failure is None else failure
 
 
 def _target(arg: Any) -> Any:
@@ -285,7 +303,8 @@ class FakeNvmlLib:
 
     ``missing`` names functions the library does not export (pynvml then raises
     NVMLError_FunctionNotFound, as with an older driver); ``init_error`` makes nvmlInit fail.
-    ``calls`` counts calls per function.
+    ``calls`` counts calls per function; ``fail`` maps a function name (or ``"name@index"``
+    for one board) to an error code it returns from then on (a GPU falling off the bus, say).
     """
 
     def __init__(
@@ -302,6 +321,7 @@ class FakeNvmlLib:
         self.init_error = init_error
         self.init_count = 0
         self.calls: Counter[str] = Counter()
+        self.fail: dict[str, int] = {}
         for name in C_FUNCTIONS - missing:
             setattr(self, name, _CFunction(self, name, getattr(self, "_" + name)))
 
@@ -315,6 +335,9 @@ class FakeNvmlLib:
         if not 0 <= i < len(self.boards):
             return None, pynvml.NVML_ERROR_INVALID_ARGUMENT
         board = self.boards[i]
+        failure = self.fail.get(f"{call}@{i}")
+        if failure is not None:
+            return None, failure
         if call not in board.supported:
             return None, pynvml.NVML_ERROR_NOT_SUPPORTED
         return board, pynvml.NVML_SUCCESS
