@@ -225,6 +225,7 @@ def test_truncation_at_every_offset_of_the_last_chunks_gives_a_prefix(tmp_path: 
     rng = np.random.default_rng(4)
     offsets = list(range(bounds[-3], len(raw) + 1))  # last strings, batch and end chunks
     offsets += rng.integers(1, bounds[-3], 60).tolist()
+    offsets += [1, 5, 6, 17, 18, 19, bounds[0] - 1]  # inside the magic, prefix and header
     cut = tmp_path / "cut.ppw"
     for off in offsets:
         cut.write_bytes(raw[:off])
