@@ -225,7 +225,9 @@ def test_truncation_at_every_offset_of_the_last_chunks_gives_a_prefix(tmp_path: 
     rng = np.random.default_rng(4)
     offsets = list(range(bounds[-3], len(raw) + 1))  # last strings, batch and end chunks
     offsets += rng.integers(1, bounds[-3], 60).tolist()
-    offsets += [1, 5, 6, 17, 18, 19, bounds[0] - 1]  # inside the magic, prefix and header
+    json_end = fmt.FILE_PREFIX.size + struct.unpack_from("<I", raw, 10)[0]
+    assert bounds[0] - 8 < json_end <= bounds[0]  # then zero padding to 8
+    offsets += [1, 5, 6, 17, 18, 19, json_end - 1, json_end]  # in the magic, prefix, header
     cut = tmp_path / "cut.ppw"
     for off in offsets:
         cut.write_bytes(raw[:off])
@@ -234,15 +236,15 @@ def test_truncation_at_every_offset_of_the_last_chunks_gives_a_prefix(tmp_path: 
         n = rows_at[complete_chunks]
         assert_batches_equal(t.kernels, all_rows.take(slice(0, n)))
         assert t.meta["complete"] is (off == len(raw))
-        if off < bounds[0]:
+        if off < json_end:
             assert "inside its header" in t.meta["notes"][0]
         elif off == len(raw):
             assert "notes" not in t.meta
-        elif off in bounds:
+        elif off in bounds or off < bounds[0]:  # a cut in the header padding loses nothing
             assert "without an end chunk" in t.meta["notes"][0]
         else:
             assert t.meta["notes"][0].startswith(f"recording truncated at byte {off}: last chunk")
-        if off >= bounds[0]:
+        if off >= json_end:
             assert t.devices == DEVICES and t.meta["pid"] == 4242
         # every name a surviving record uses resolves
         ids = t.kernels.name_id
