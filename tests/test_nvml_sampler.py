@@ -17,7 +17,14 @@ import pytest
 
 from attribution.model import PowerField
 from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError, parse_cuda_visible_devices
-from ppwtop.fakes.nvml_lib import BoardModel, FakeNvmlLib, VirtualClock, installed, square_wave
+from ppwtop.fakes.nvml_lib import (
+    BoardModel,
+    FakeNvmlLib,
+    VirtualClock,
+    board_from_sim,
+    installed,
+    square_wave,
+)
 
 T0_NS = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -191,7 +198,9 @@ def test_unsupported_samples_and_energy_give_notes_not_crashes() -> None:
         tr = s.drain()
         s.stop()
     # probed once at start, then never called again on the board that lacks them
-    assert lib.calls["nvmlDeviceGetSamples"] <= 1 + 30 * 2 + 2
+    assert lib.board_calls[("nvmlDeviceGetSamples", 1)] == 1
+    assert lib.board_calls[("nvmlDeviceGetTotalEnergyConsumption", 1)] == 1
+    assert lib.board_calls[("nvmlDeviceGetTotalEnergyConsumption", 0)] == 1 + 30
     notes = " | ".join(s.notes)
     assert "GPU 1" in notes and "samples buffer unsupported" in notes
     assert "no energy counter" in notes
@@ -304,12 +313,13 @@ def three_boards() -> list[BoardModel]:
     ("1,7,2", [1]),  # CUDA stops at the first invalid entry
     ("0,0,1", [0]),
     ("", []),
-    ("GPU-", [0]),  # ambiguous prefix, then stop
+    ("0,GPU-", [0]),  # an ambiguous prefix ends the list
+    ("MIG-1234,0", []),
 ])
 def test_parse_cuda_visible_devices(value: str, want: list[int]) -> None:
-    got, _ = parse_cuda_visible_devices(value, UUIDS) if value != "GPU-" else \
-        parse_cuda_visible_devices("0," + value, UUIDS)
+    got, notes = parse_cuda_visible_devices(value, UUIDS)
     assert got == want
+    assert bool(notes) == (value in ("1,7,2", "0,0,1", "0,GPU-", "MIG-1234,0"))
 
 
 def test_cuda_visible_devices_selects_and_renumbers() -> None:
@@ -392,3 +402,46 @@ def test_thread_start_stop_is_clean_and_drain_is_thread_safe() -> None:
     assert s.polls >= 20
     assert 0.0 < s.cost_fraction < 0.5
     assert not s.errors
+
+
+# --- driven by the simulator -----------------------------------------------------------------
+
+
+def test_board_from_sim_replays_the_simulators_readings_and_counter() -> None:
+    from attribution.sim import simulate
+
+    res = simulate("demo", "h100", seconds=2.0, seed=3)
+    board = board_from_sim(res)
+    start = res.truth.window_start_ns
+    clock = VirtualClock(start)
+    with installed(FakeNvmlLib([board], clock)):
+        s = NvmlSampler(clock=clock, env={})
+        run_polls(s, clock, 100, 20.0)  # 2 s at 50 Hz: last poll at start + 1980 ms
+        tr = s.drain()
+        s.stop()
+        # the counter the fake answers is the simulator's, at the simulator's read times
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        sim_e = res.trace.energy
+        for j in (3, 10, 17):
+            clock.advance(int(sim_e.t_ns[j]) - clock())
+            got = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+            assert abs(got - int(sim_e.energy_mj[j])) <= 1
+        pynvml.nvmlShutdown()
+    assert tr.devices[0].name == "NVIDIA H100 80GB HBM3"
+    sim_p = res.trace.power
+    pub = sim_p.take(sim_p.fresh & (sim_p.field == PowerField.INSTANT))
+    lo = int(np.searchsorted(pub.t_ns, start, side="right")) - 1
+    hi = int(np.searchsorted(pub.t_ns, start + 1980 * MS, side="right"))
+    got = tr.power.take(tr.power.fresh & (tr.power.field == PowerField.INSTANT))
+    assert len(got) == hi - lo >= 20
+    np.testing.assert_array_equal(got.t_ns, pub.t_ns[lo:hi] // 1000 * 1000)  # µs timestamps
+    np.testing.assert_array_equal(got.power_mw, pub.power_mw[lo:hi])
+    # energy between consecutive polls = gain x the true grid's energy over those 20 ms
+    t_grid, p_w = res.true_power
+    e = tr.energy
+    for i in (5, 40, 90):
+        a, b = int(e.t_ns[i]), int(e.t_ns[i + 1])
+        in_bins = (t_grid >= a) & (t_grid < b)
+        want_mj = res.truth.gain * p_w[in_bins].sum() * (t_grid[1] - t_grid[0]) * 1e-6
+        assert abs(int(e.energy_mj[i + 1] - e.energy_mj[i]) - want_mj) <= 1.0

@@ -30,12 +30,15 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pynvml
+
+if TYPE_CHECKING:
+    from attribution.sim import SimResult
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -83,6 +86,8 @@ class BoardModel:
     temperature and clock-event reasons are sample-and-hold on ``state_t_ns`` (or constants
     when ``state_t_ns`` is empty).  ``supported`` lists the device calls that answer; the
     others return NVML_ERROR_NOT_SUPPORTED.  ``fields`` lists the field ids that answer.
+    ``readings`` optionally replays recorded published readings instead of the sensor model:
+    ``"instant"`` / ``"average"`` / ``"draw"`` → (publication ``t_ns``, ``power_mw``), sorted.
     """
 
     name: str
@@ -106,6 +111,7 @@ class BoardModel:
     mem_mhz: npt.ArrayLike = 2619
     temp_c: npt.ArrayLike = 45
     clock_reasons: npt.ArrayLike = 0
+    readings: Mapping[str, tuple[I64, I64]] = dataclasses.field(default_factory=dict)
     _edges: I64 = dataclasses.field(init=False, repr=False)
     _cum_j: F64 = dataclasses.field(init=False, repr=False)
 
@@ -189,14 +195,33 @@ class BoardModel:
         end = np.asarray(pub_ns, dtype=np.int64) - _ms_to_ns(self.lag_ms)
         return np.asarray(np.rint(self.gain * self.mean_w(end, w_ns) * 1e3), dtype=np.int64)
 
-    def latest_reading(self, now_ns: int, window_ms: float | None = None) -> tuple[int, int]:
-        """``(timestamp_us, power_mw)`` of the latest published reading."""
+    def _replayed(self, label: str, now_ns: int) -> tuple[int, int] | None:
+        stream = self.readings.get(label)
+        if stream is None:
+            return None
+        i = int(np.searchsorted(stream[0], now_ns, side="right")) - 1
+        return None if i < 0 else (int(stream[0][i]) // 1000, int(stream[1][i]))
+
+    def latest_reading(self, now_ns: int, field: str = "instant") -> tuple[int, int]:
+        """``(timestamp_us, power_mw)`` of the latest reading of ``field`` ("instant" or
+        "average") published at or before ``now_ns``."""
+        got = self._replayed(field, now_ns)
+        if got is not None:
+            return got
         pub = int(self.publication_ns(self.publication_index(now_ns)))
-        return pub // 1000, self._published_one(pub, window_ms)
+        window = self.average_window_ms if field == "average" else None
+        return pub // 1000, self._published_one(pub, window)
 
     def readings_after(self, last_seen_us: int, now_ns: int) -> tuple[I64, I64]:
         """Published instant readings with timestamp > ``last_seen_us`` (the newest
         ``samples_capacity`` of them): ``(timestamp_us, power_mw)``."""
+        stream = self.readings.get("instant")
+        if stream is not None:
+            hi = int(np.searchsorted(stream[0], now_ns, side="right"))
+            sel = slice(max(hi - self.samples_capacity, 0), hi)
+            ts_us, mw = stream[0][sel] // 1000, stream[1][sel]
+            keep = ts_us > last_seen_us
+            return ts_us[keep], mw[keep]
         k_hi = self.publication_index(now_ns)
         k_lo = k_hi - self.samples_capacity + 1
         pub = self.publication_ns(np.arange(k_lo, k_hi + 1))
@@ -204,9 +229,13 @@ class BoardModel:
         return pub // 1000, self.published_mw(pub)
 
     def energy_mj(self, now_ns: int) -> int:
-        return self.energy_offset_mj + math.floor(self._energy_one(now_ns) * 1e3)
+        """The energy counter: offset + gain × true energy, in whole mJ."""
+        return self.energy_offset_mj + math.floor(self.gain * self._energy_one(now_ns) * 1e3)
 
     def power_usage_mw(self, now_ns: int) -> int:
+        got = self._replayed("draw", now_ns)
+        if got is not None:
+            return got[1]
         pub = int(self.publication_ns(self.publication_index(now_ns)))
         return self._published_one(pub, self.power_usage_window_ms)
 
@@ -303,8 +332,9 @@ class FakeNvmlLib:
 
     ``missing`` names functions the library does not export (pynvml then raises
     NVMLError_FunctionNotFound, as with an older driver); ``init_error`` makes nvmlInit fail.
-    ``calls`` counts calls per function; ``fail`` maps a function name (or ``"name@index"``
-    for one board) to an error code it returns from then on (a GPU falling off the bus, say).
+    ``calls`` counts calls per function (``board_calls`` per function and board); ``fail``
+    maps a function name (or ``"name@index"`` for one board) to an error code it returns from
+    then on (a GPU falling off the bus, say).
     """
 
     def __init__(
@@ -322,6 +352,7 @@ class FakeNvmlLib:
         self.init_count = 0
         self.calls: Counter[str] = Counter()
         self.fail: dict[str, int] = {}
+        self.board_calls: Counter[tuple[str, int]] = Counter()
         for name in C_FUNCTIONS - missing:
             setattr(self, name, _CFunction(self, name, getattr(self, "_" + name)))
 
@@ -335,6 +366,7 @@ class FakeNvmlLib:
         if not 0 <= i < len(self.boards):
             return None, pynvml.NVML_ERROR_INVALID_ARGUMENT
         board = self.boards[i]
+        self.board_calls[(call, i)] += 1
         failure = self.fail.get(f"{call}@{i}")
         if failure is not None:
             return None, failure
@@ -410,9 +442,8 @@ class FakeNvmlLib:
             if v.fieldId not in board.fields or v.fieldId not in POWER_FIELDS:
                 v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
                 continue
-            window = (board.average_window_ms
-                      if v.fieldId == pynvml.NVML_FI_DEV_POWER_AVERAGE else None)
-            ts_us, mw = board.latest_reading(now, window)
+            label = "average" if v.fieldId == pynvml.NVML_FI_DEV_POWER_AVERAGE else "instant"
+            ts_us, mw = board.latest_reading(now, label)
             v.timestamp = ts_us
             v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
             v.value.uiVal = mw
@@ -514,3 +545,54 @@ def installed(lib: FakeNvmlLib) -> Iterator[FakeNvmlLib]:
             pynvml._nvmlGetFunctionPointer_cache.clear()
             pynvml._nvmlGetFunctionPointer_cache.update(saved_cache)
             pynvml._nvmlLib_refcount = saved_refcount
+
+
+_FIELD_ID_OF_LABEL = {"instant": pynvml.NVML_FI_DEV_POWER_INSTANT,
+                      "average": pynvml.NVML_FI_DEV_POWER_AVERAGE}
+
+
+def board_from_sim(res: SimResult, device: int = 0) -> BoardModel:
+    """A board that replays a simulator run (``attribution.sim.simulate``).
+
+    True power is the run's grid; the power fields answer the run's *published* readings
+    (``trace.power`` rows with ``fresh=True``, jitter included), the energy counter is the
+    run's (same offset and gain), clocks and temperature follow ``trace.clocks``.  Fields the
+    run's sensor lacks (e.g. an average-only board) answer NVML_ERROR_NOT_SUPPORTED.
+    """
+    from attribution.model import PowerField
+
+    tr, truth = res.trace, res.truth
+    t_grid, power_w = res.true_power
+    info = next(d for d in tr.devices if d.index == device)
+    pw = tr.power.take((tr.power.device == device) & tr.power.fresh)
+    readings: dict[str, tuple[I64, I64]] = {}
+    for f in (PowerField.INSTANT, PowerField.AVERAGE, PowerField.DRAW):
+        rows = pw.take(pw.field == f).sorted_by("t_ns")
+        if len(rows):
+            readings[f.label] = (rows.t_ns, rows.power_mw)
+    sensor = truth.sensors.get("instant") or truth.sensors[truth.default_field]
+    board = BoardModel(
+        name=info.name, uuid=info.uuid, t_ns=np.asarray(t_grid), power_w=np.asarray(power_w),
+        period_ms=float(sensor["period_ms"]), window_ms=float(sensor["window_ms"]),
+        lag_ms=float(sensor["lag_ms"]), idle_w=float(truth.active_idle_w),
+        gain=float(truth.gain),
+        average_window_ms=float(truth.sensors.get("average", {}).get("window_ms", 1000.0)),
+        fields=frozenset(_FIELD_ID_OF_LABEL[k] for k in readings if k in _FIELD_ID_OF_LABEL),
+        readings=readings,
+    )
+    if "instant" not in readings:
+        board = board.without("nvmlDeviceGetSamples")
+    if "draw" not in readings:
+        board = board.without("nvmlDeviceGetPowerUsage")
+    en = tr.energy.take(tr.energy.device == device)
+    if len(en):
+        e0 = int(en.energy_mj[0]) - (board.energy_mj(int(en.t_ns[0])) - board.energy_offset_mj)
+        board = dataclasses.replace(board, energy_offset_mj=e0)
+    else:
+        board = board.without("nvmlDeviceGetTotalEnergyConsumption")
+    ck = tr.clocks.take(tr.clocks.device == device)
+    if len(ck):
+        board = dataclasses.replace(
+            board, state_t_ns=ck.t_ns, sm_mhz=ck.sm_mhz, mem_mhz=ck.mem_mhz,
+            temp_c=np.rint(ck.temp_c).astype(np.int64), clock_reasons=ck.clock_reasons)
+    return board
