@@ -1,9 +1,32 @@
-"""`ppwtop report`: not built yet (issue #6); answers --help and exits 2 otherwise."""
+"""`ppwtop report SNAPSHOT [--baseline SNAPSHOT] -o FILE.md|FILE.html`.
+
+Owns the command line only: reads the snapshot(s), picks the format from the ``-o`` suffix and
+writes the perf-per-watt optimization report (built by :mod:`ppwtop.report`).
+"""
 
 from __future__ import annotations
 
-from ppwtop.cli.common import not_built
+import sys
+
+from ppwtop.cli.common import parser
+from ppwtop.report import load_snapshot, report_format, write_report
 
 
 def main(argv: list[str]) -> int:
-    return not_built("report", 6, argv)
+    p = parser("report", "The perf-per-watt optimization report of a snapshot (Markdown or "
+                         "self-contained HTML), with before/after columns and a verdict when "
+                         "a baseline is given.")
+    p.add_argument("snapshot", metavar="SNAPSHOT", help="snapshot (ppwtop.snapshot/1 JSON)")
+    p.add_argument("--baseline", metavar="SNAPSHOT",
+                   help="baseline snapshot: adds before/after columns and the diff verdict")
+    p.add_argument("-o", "--output", metavar="FILE", required=True,
+                   help="output file; the format follows the suffix (.md or .html)")
+    p.add_argument("--title", default="", help="report title")
+    args = p.parse_args(argv)
+
+    report_format(args.output)  # fail on a bad suffix before reading anything
+    snap = load_snapshot(args.snapshot)
+    base = load_snapshot(args.baseline) if args.baseline else None
+    fmt = write_report(snap, args.output, base, args.title)
+    print(f"wrote {fmt} report to {args.output}", file=sys.stderr)
+    return 0

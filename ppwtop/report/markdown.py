@@ -1,0 +1,164 @@
+"""Markdown rendering of a :class:`~ppwtop.report.model.Report`: plain GitHub tables.
+
+Owns the text layout only; every number comes from :mod:`ppwtop.report.model`.  Names from
+traces are escaped (HTML special characters and ``|``) so a kernel called ``<script>`` or
+``a|b`` cannot break the page or a table.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from ppwtop.report.model import OperatingPoint, Report
+
+NOT_RESOLVABLE = "not resolvable"
+
+
+def esc(text: str) -> str:
+    """Escape a name for a Markdown table cell."""
+    return (html.escape(str(text), quote=False).replace("|", "\\|")
+            .replace("\n", " ").replace("`", "\\`"))
+
+
+def num(v: float | None, digits: int = 4) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.{digits}g}"
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def signed_pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:+.1f} %"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _op_row(op: OperatingPoint, with_before: bool) -> list[str]:
+    cells = [esc(op.label), op.unit]
+    if with_before:
+        ch = op.change
+        arrow = ""
+        if ch is not None and ch != 0:
+            good = (ch < 0) == (op.better == "lower")
+            arrow = " (better)" if good else " (worse)"
+        cells += [num(op.before), num(op.after), signed_pct(ch) + arrow]
+    else:
+        cells.append(num(op.after))
+    return cells
+
+
+def render_markdown(r: Report) -> str:
+    lines: list[str] = [f"# {esc(r.title)}", ""]
+    lines.append(f"Window: {r.duration_s:.3f} s on " + (", ".join(esc(g) for g in r.gpus)
+                                                        or "no GPU listed") + ".")
+    lines.append(f"Attribution closure error vs measured energy: {pct(r.closure_error)}.")
+    lines.append("")
+    for w in r.warnings:
+        lines.append(f"> **warning:** {esc(w)}")
+    if r.warnings:
+        lines.append("")
+
+    lines += ["## Headline operating points", ""]
+    if r.has_baseline:
+        header = ["metric", "unit", "before", "after", "change"]
+    else:
+        header = ["metric", "unit", "value"]
+    lines += table(header, [_op_row(o, r.has_baseline) for o in r.operating_points])
+    lines.append("")
+
+    lines += ["## Energy breakdown", ""]
+    bheader = ["category", "energy J", "share"] + (["before J"] if r.has_baseline else [])
+    brows = []
+    for b in r.breakdown:
+        row = [b.category, num(b.energy_j), pct(b.share)]
+        if r.has_baseline:
+            row.append(num(b.before_energy_j))
+        brows.append(row)
+    lines += table(bheader, brows)
+    lines.append("")
+
+    lines += ["## Bottleneck ranking", ""]
+    if r.bottlenecks:
+        rows = []
+        for i in r.bottlenecks:
+            ci = ("n/a" if i.energy_ci_j is None
+                  else f"[{num(i.energy_ci_j[0])}, {num(i.energy_ci_j[1])}]")
+            mech = esc(i.mechanism) + ("" if i.resolvable else f" ({NOT_RESOLVABLE})")
+            rows.append([str(i.rank), mech, num(i.energy_j), ci, pct(i.share), esc(i.evidence),
+                         esc(i.fix), esc(i.owner), esc(i.validation)])
+        lines += table(["#", "mechanism", "energy J", "90 % CI J", "share", "evidence", "fix",
+                        "owner", "validation"], rows)
+    else:
+        lines.append("No inefficiencies were ranked in this snapshot.")
+    lines.append("")
+
+    lines += [f"## Kernels (top {len(r.kernels)} of {r.kernel_count} by energy)", ""]
+    if r.kernels:
+        rows = []
+        for k in r.kernels:
+            ci = f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]"
+            res = "yes" if k.resolvable else f"**{NOT_RESOLVABLE}**: {esc(k.note)}"
+            rows.append([esc(k.name), str(k.gpu), str(k.calls), num(k.time_s), num(k.energy_j),
+                         pct(k.share), num(k.dynamic_energy_j), ci, num(k.avg_power_w), res])
+        lines += table(["kernel", "gpu", "calls", "time s", "energy J", "share",
+                        "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows)
+        if any(not k.resolvable for k in r.kernels):
+            lines += ["", f"Rows marked *{NOT_RESOLVABLE}* carry a prior-based split: the data "
+                          "cannot separate them from the classes named."]
+    else:
+        lines.append("No kernels in this snapshot.")
+    lines.append("")
+
+    lines += ["## Idle by cause", ""]
+    if r.idle:
+        lines += table(["cause", "time s", "energy J", "share", "gaps"],
+                       [[esc(i.cause), num(i.time_s), num(i.energy_j), pct(i.share),
+                         str(i.count)] for i in r.idle])
+    else:
+        lines.append("No idle intervals.")
+    lines.append("")
+
+    lines += ["## Intervention plan", ""]
+    if r.interventions:
+        for v in r.interventions:
+            lines.append(f"{v.rank}. **{esc(v.mechanism)}** ({num(v.energy_j)} J), "
+                         f"owner {esc(v.owner)}")
+            lines.append(f"   - fix: {esc(v.fix)}")
+            if v.validation:
+                lines.append(f"   - expected effect: {esc(v.validation)}")
+            lines.append(f"   - confirm (rollback-safe): {v.check}")
+    else:
+        lines.append("Nothing to do: no ranked inefficiencies.")
+    lines.append("")
+
+    lines += ["## Verdict", ""]
+    lines += verdict_lines(r)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def verdict_lines(r: Report) -> list[str]:
+    v = r.verdict
+    if v is None:
+        return ["No baseline given (`--baseline`): no verdict."]
+    unit = "J/step" if v.metric == "energy_per_step_j" else "W"
+    rel = "" if v.relative_delta is None else f" ({signed_pct(v.relative_delta)})"
+    out = [f"**{v.verdict}** on {v.metric}: {num(v.baseline)} → {num(v.candidate)} {unit}, "
+           f"delta {v.delta:+.4g}{rel}, 90 % CI [{v.delta_ci[0]:+.4g}, {v.delta_ci[1]:+.4g}], "
+           f"comparability {v.comparability:.2f}.", ""]
+    if v.mechanisms:
+        out += table(["mechanism", "delta J", "share of delta"],
+                     [[esc(m.mechanism), f"{m.delta_j:+.4g}", signed_pct(m.share_of_delta)]
+                      for m in v.mechanisms[:10]])
+        out.append("")
+    for why in v.reasons:
+        out.append(f"- {esc(why)}")
+    return out

@@ -1,0 +1,302 @@
+"""What the optimization report says, independent of how it is rendered.
+
+Owns :func:`build_report`: one (or two, with a baseline) :class:`~attribution.snapshot.Snapshot`
+→ a :class:`Report` of plain rows (operating points, energy breakdown, bottlenecks, kernel
+table, idle by cause, intervention plan, verdict, power series).  The Markdown and HTML
+renderers only format these rows; no numbers are computed there.
+
+Optional snapshot extras it reads (absent is fine):
+
+* ``extra["clamps"]``: a list of ``{"reason", "energy_j", "time_s"}`` (or a mapping reason →
+  that dict / energy) — clock-clamp time and energy.
+* ``extra["power_series"]``: ``{"t_s": [...], "power_w": [...]}`` (optionally ``"gpu"``), or a
+  list of such dicts, one per GPU — the board-power timeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from attribution.diff import DiffResult
+from attribution.snapshot import Inefficiency, KernelRow, Snapshot, rows_by_energy
+
+TOP_KERNELS = 15
+TOP_INTERVENTIONS = 5
+CHECK = ("keep this snapshot as the baseline (before.json); apply the fix behind a flag, run the "
+         "same workload and `ppwtop attribute ... -o after.json`; then "
+         "`ppwtop diff before.json after.json --fail-on-regression` must exit 0 (exit 3: "
+         "regression, turn the flag off) and the mechanism's delta must be negative")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OperatingPoint:
+    """One headline metric; ``better`` is "lower" or "higher" (for the change column)."""
+
+    label: str
+    unit: str
+    after: float | None  # the snapshot being reported (the candidate when there is a baseline)
+    before: float | None  # the baseline's value (None without a baseline)
+    better: str
+
+    @property
+    def change(self) -> float | None:
+        """Relative change after vs before (None when either side is missing or zero)."""
+        if self.before is None or self.after is None or self.before == 0:
+            return None
+        ch = (self.after - self.before) / abs(self.before)
+        return 0.0 if abs(ch) < 1e-9 else ch
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BreakdownRow:
+    category: str  # "kernels" | "copies" | "idle" | "idle.<cause>" ...
+    energy_j: float
+    share: float  # of the total energy
+    before_energy_j: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelLine:
+    name: str
+    gpu: int
+    calls: int
+    time_s: float
+    energy_j: float
+    share: float
+    dynamic_energy_j: float
+    dynamic_ci_j: tuple[float, float]
+    avg_power_w: float
+    resolvable: bool
+    note: str  # why it is not resolvable / its cluster
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IdleLine:
+    cause: str
+    time_s: float
+    energy_j: float
+    share: float
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Intervention:
+    rank: int
+    mechanism: str
+    energy_j: float
+    fix: str
+    owner: str
+    validation: str  # the snapshot's own validation text
+    check: str  # the rollback-safe confirmation with `ppwtop diff --fail-on-regression`
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PowerSeries:
+    gpu: int
+    t_s: tuple[float, ...]
+    power_w: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Report:
+    title: str
+    gpus: tuple[str, ...]
+    duration_s: float
+    has_baseline: bool
+    operating_points: tuple[OperatingPoint, ...]
+    breakdown: tuple[BreakdownRow, ...]
+    bottlenecks: tuple[Inefficiency, ...]
+    kernels: tuple[KernelLine, ...]
+    kernel_count: int  # all kernel classes (the table shows the top ones)
+    idle: tuple[IdleLine, ...]
+    interventions: tuple[Intervention, ...]
+    verdict: DiffResult | None
+    power: tuple[PowerSeries, ...]
+    warnings: tuple[str, ...]
+    closure_error: float
+
+
+def build_report(snap: Snapshot, baseline: Snapshot | None = None,
+                 verdict: DiffResult | None = None, title: str = "") -> Report:
+    """The report on ``snap`` (the candidate, when ``baseline`` is given)."""
+    total = snap.totals.energy_j
+    return Report(
+        title=title or "ppwtop perf-per-watt report",
+        gpus=tuple(f"GPU {g.index}: {g.name} ({g.model})" for g in snap.gpus),
+        duration_s=snap.window.duration_s,
+        has_baseline=baseline is not None,
+        operating_points=operating_points(snap, baseline),
+        breakdown=_breakdown(snap, baseline),
+        bottlenecks=tuple(sorted(snap.inefficiencies, key=lambda i: i.rank)),
+        kernels=tuple(_kernel_line(k, total) for k in rows_by_energy(snap.kernels)[:TOP_KERNELS]),
+        kernel_count=len(snap.kernels),
+        idle=_idle(snap),
+        interventions=_interventions(snap),
+        verdict=verdict,
+        power=power_series(snap),
+        warnings=tuple(snap.warnings) + _unresolvable_warning(snap),
+        closure_error=snap.totals.closure_error,
+    )
+
+
+# -- operating points ------------------------------------------------------------------------
+
+
+def headline(snap: Snapshot) -> dict[str, tuple[str, float | None, str]]:
+    """label → (unit, value, better) for one snapshot."""
+    dur = snap.window.duration_s
+    t = snap.totals
+    steps = snap.steps
+    out: dict[str, tuple[str, float | None, str]] = {}
+    has_steps = steps is not None and steps.count > 0
+    if has_steps and steps is not None:
+        out["energy per step"] = ("J", _f(steps.energy_j.mean), "lower")
+        out["steps per joule"] = ("steps/J", _inv(steps.energy_j.mean), "higher")
+        if steps.items_per_j is not None:
+            out["items per joule"] = ("items/J", _f(steps.items_per_j), "higher")
+        out["step latency p50"] = ("ms", _f(steps.latency_ms.p50), "lower")
+        out["step latency p95"] = ("ms", _f(steps.latency_ms.p95), "lower")
+        out["step latency p99"] = ("ms", _f(steps.latency_ms.p99), "lower")
+        if steps.sla_compliance is not None:
+            out["SLA compliance"] = ("%", 100.0 * float(steps.sla_compliance), "higher")
+        if steps.items_per_j_under_sla is not None:
+            out["items per joule within SLA"] = ("items/J", _f(steps.items_per_j_under_sla),
+                                                 "higher")
+    out["average power"] = ("W", t.energy_j / dur if dur > 0 else None, "lower")
+    out["total energy"] = ("J", _f(t.energy_j), "lower")
+    idle_share = t.idle_energy_j / t.energy_j if t.energy_j > 0 else None
+    out["idle share of energy"] = ("%", None if idle_share is None else 100 * idle_share, "lower")
+    clamp_s, clamp_j = clamp_totals(snap)
+    if clamp_s is not None or clamp_j is not None:
+        out["clock-clamp time"] = ("s", clamp_s, "lower")
+        out["clock-clamp energy"] = ("J", clamp_j, "lower")
+    return out
+
+
+def operating_points(snap: Snapshot, baseline: Snapshot | None) -> tuple[OperatingPoint, ...]:
+    after = headline(snap)
+    before = headline(baseline) if baseline is not None else {}
+    labels = list(after) + [k for k in before if k not in after]
+    rows = []
+    for label in labels:
+        unit, a, better = after.get(label) or before[label]
+        b = before.get(label, (unit, None, better))[1] if baseline is not None else None
+        rows.append(OperatingPoint(label, unit, a, b, better))
+    return tuple(rows)
+
+
+def clamp_totals(snap: Snapshot) -> tuple[float | None, float | None]:
+    """(seconds, joules) under a clock clamp from ``extra["clamps"]``, None when absent."""
+    raw = snap.extra.get("clamps")
+    items: list[Mapping[str, Any]] = []
+    if isinstance(raw, Mapping):
+        for k, v in raw.items():
+            items.append(v if isinstance(v, Mapping) else {"reason": k, "energy_j": v})
+    elif isinstance(raw, list):
+        items = [x for x in raw if isinstance(x, Mapping)]
+    else:
+        return None, None
+    secs = [_num(x.get("time_s", x.get("duration_s"))) for x in items]
+    joules = [_num(x.get("energy_j")) for x in items]
+    s = [v for v in secs if v is not None]
+    j = [v for v in joules if v is not None]
+    return (sum(s) if s else None), (sum(j) if j else None)
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+
+def _breakdown(snap: Snapshot, baseline: Snapshot | None) -> tuple[BreakdownRow, ...]:
+    def parts(s: Snapshot) -> dict[str, float]:
+        t = s.totals
+        return {"kernels": t.kernel_energy_j, "copies": t.copy_energy_j, "idle": t.idle_energy_j}
+
+    now = parts(snap)
+    was = parts(baseline) if baseline is not None else {}
+    total = snap.totals.energy_j
+    return tuple(
+        BreakdownRow(k, v, v / total if total > 0 else 0.0, was.get(k)) for k, v in now.items()
+    )
+
+
+def _kernel_line(k: KernelRow, total_j: float) -> KernelLine:
+    note = ""
+    if not k.resolvable:
+        note = k.why or "not separable from other classes"
+        if k.cluster:
+            note += f" (cluster: {k.cluster})"
+    return KernelLine(
+        name=k.name, gpu=k.gpu, calls=k.calls, time_s=k.time_s, energy_j=k.energy_j,
+        share=k.energy_j / total_j if total_j > 0 else 0.0,
+        dynamic_energy_j=k.dynamic_energy_j,
+        dynamic_ci_j=(float(k.dynamic_energy_ci_j[0]), float(k.dynamic_energy_ci_j[1])),
+        avg_power_w=k.avg_power_w, resolvable=k.resolvable, note=note,
+    )
+
+
+def _idle(snap: Snapshot) -> tuple[IdleLine, ...]:
+    by: dict[str, list[float]] = {}
+    for r in snap.idle:
+        acc = by.setdefault(r.cause, [0.0, 0.0, 0.0])
+        acc[0] += r.time_s
+        acc[1] += r.energy_j
+        acc[2] += r.count
+    total = snap.totals.energy_j
+    rows = [IdleLine(c, v[0], v[1], v[1] / total if total > 0 else 0.0, int(v[2]))
+            for c, v in by.items()]
+    return tuple(sorted(rows, key=lambda r: -r.energy_j))
+
+
+def _interventions(snap: Snapshot) -> tuple[Intervention, ...]:
+    out = []
+    for i in sorted(snap.inefficiencies, key=lambda i: i.rank)[:TOP_INTERVENTIONS]:
+        out.append(Intervention(i.rank, i.mechanism, i.energy_j, i.fix or "(no fix suggested)",
+                                i.owner or "(unowned)", i.validation, CHECK))
+    return tuple(out)
+
+
+def power_series(snap: Snapshot) -> tuple[PowerSeries, ...]:
+    """The board-power timeline(s) from ``extra["power_series"]``; () when absent or bad."""
+    raw = snap.extra.get("power_series")
+    items: Sequence[Any] = raw if isinstance(raw, list) else [raw] if raw is not None else []
+    out = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        t, p = item.get("t_s"), item.get("power_w")
+        if not isinstance(t, list) or not isinstance(p, list) or len(t) != len(p) or not t:
+            continue
+        try:
+            ts = tuple(float(x) for x in t)
+            ps = tuple(float(x) for x in p)
+        except (TypeError, ValueError):
+            continue
+        gpu = item.get("gpu", 0)
+        out.append(PowerSeries(int(gpu) if isinstance(gpu, int) else 0, ts, ps))
+    return tuple(out)
+
+
+def _unresolvable_warning(snap: Snapshot) -> tuple[str, ...]:
+    bad = [k for k in snap.kernels if not k.resolvable]
+    if not bad:
+        return ()
+    e = sum(k.energy_j for k in bad)
+    return (f"{len(bad)} kernel class(es) ({e:.3g} J) are not resolvable: their split is "
+            "prior-based, not measured",)
+
+
+def _f(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _inv(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) or v <= 0 else 1.0 / v
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None

@@ -1,0 +1,207 @@
+"""`ppwtop report`: Markdown and HTML on hand-built snapshots, with and without a baseline."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from attribution.snapshot import (
+    CopyRow,
+    GpuInfo,
+    IdleRow,
+    Inefficiency,
+    KernelRow,
+    Quantiles,
+    SensorInfo,
+    Snapshot,
+    Steps,
+    Totals,
+    Window,
+)
+from ppwtop.cli.main import main
+
+EVIL = '<script>alert("x")</script>'
+
+
+def make_snapshot(scale: float = 1.0, n_kernels: int = 20, steps: bool = True,
+                  extra: dict[str, object] | None = None) -> Snapshot:
+    """A consistent snapshot: kernels + copies + idle sum to the total."""
+    kernels = []
+    for i in range(n_kernels):
+        name = EVIL if i == 0 else f"gemm_{i}|tile" if i == 1 else f"kernel_{i}"
+        e = scale * (100.0 - i)
+        kernels.append(KernelRow(
+            name=name, gpu=0, calls=10 + i, time_s=e / 200.0, energy_j=e,
+            dynamic_energy_j=0.6 * e, dynamic_energy_ci_j=(0.5 * e, 0.7 * e),
+            avg_power_w=200.0, resolvable=i != 2, precision="bf16",
+            cluster="kernel_3" if i == 2 else None,
+            why="fixed mix with kernel_3" if i == 2 else "",
+        ))
+    copies = (CopyRow("HtoD", "pageable", 0, 4, 1 << 20, 0.01, 5.0 * scale, 2.0 * scale),)
+    idle = (IdleRow("host_stall", 0, 0.5, 40.0 * scale, 3),
+            IdleRow("launch_gap", 0, 0.2, 16.0 * scale, 100))
+    k_e = sum(k.energy_j for k in kernels)
+    c_e = sum(c.energy_j for c in copies)
+    i_e = sum(r.energy_j for r in idle)
+    total = k_e + c_e + i_e
+    st = None
+    if steps:
+        n = 50
+        per = total / n
+        st = Steps(count=n, energy_j=Quantiles(per, per, per * 1.05, per * 1.1),
+                   latency_ms=Quantiles(20.0 * scale, 20.0 * scale, 22.0 * scale,
+                                        25.0 * scale),
+                   items_per_j=32 * n / total, sla_ms=30.0, sla_compliance=0.96,
+                   step_energy_j=tuple(per * (1 + 0.01 * ((j % 5) - 2)) for j in range(n)))
+    ineff = (
+        Inefficiency(1, "idle.host_stall", 40.0 * scale, 40.0 * scale / total,
+                     "3 stalls > 1 ms", "prefetch the next batch", "data-loader team",
+                     "idle.host_stall energy drops", energy_ci_j=(35.0 * scale, 45.0 * scale)),
+        Inefficiency(2, f"kernel:{EVIL}", 100.0 * scale, 100.0 * scale / total,
+                     "low occupancy", "fuse <b>bias</b>", "kernels", "kernel energy drops"),
+    )
+    return Snapshot(
+        gpus=(GpuInfo(0, "NVIDIA A100-SXM4-40GB", "a100",
+                      SensorInfo("instant", 100.0, 25.0, 1.5)),),
+        window=Window(0, int(10e9)),
+        totals=Totals(total, k_e, c_e, i_e, 55.0, total * 1.01, -0.0099),
+        kernels=tuple(kernels), copies=copies, idle=idle, steps=st, inefficiencies=ineff,
+        extra=extra or {},
+    )
+
+
+def write(path: Path, snap: Snapshot) -> Path:
+    path.write_bytes(orjson.dumps(snap.to_dict()))
+    return path
+
+
+def table_rows(md: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table after ``heading``."""
+    section = md.split(heading, 1)[1]
+    rows = []
+    started = False
+    for line in section.splitlines():
+        if line.startswith("|"):
+            started = True
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            rows.append(cells)
+        elif started:
+            break
+    assert len(rows) >= 2, f"no table after {heading}"
+    assert set("".join(rows[1])) <= set("-")
+    return rows[2:]
+
+
+def test_markdown_without_baseline(tmp_path: Path) -> None:
+    snap = write(tmp_path / "s.json", make_snapshot())
+    out = tmp_path / "r.md"
+    assert main(["report", str(snap), "-o", str(out)]) == 0
+    md = out.read_text()
+    for h in ("Headline operating points", "Energy breakdown", "Bottleneck ranking", "Kernels",
+              "Idle by cause", "Intervention plan", "Verdict"):
+        assert f"## {h}" in md
+    kernels = table_rows(md, "## Kernels")
+    assert len(kernels) == 15  # top 15 of 20
+    assert "top 15 of 20" in md
+    energies = [float(r[4]) for r in kernels]
+    assert energies == sorted(energies, reverse=True)
+    assert kernels[0][0] == html.escape(EVIL, quote=False)
+    assert EVIL not in md
+    assert kernels[1][0] == "gemm_1\\|tile"  # the pipe does not split the row
+    assert "not resolvable" in kernels[2][-1] and kernels[3][-1] == "yes"
+    idle = table_rows(md, "## Idle by cause")
+    assert [r[0] for r in idle] == ["host_stall", "launch_gap"]
+    ops = {r[0]: r for r in table_rows(md, "## Headline operating points")}
+    s = make_snapshot()
+    assert s.steps is not None
+    assert float(ops["energy per step"][2]) == pytest.approx(s.steps.energy_j.mean, rel=1e-3)
+    assert float(ops["SLA compliance"][2]) == pytest.approx(96.0)
+    assert float(ops["average power"][2]) == pytest.approx(s.totals.energy_j / 10, rel=1e-3)
+    breakdown = table_rows(md, "## Energy breakdown")
+    shares = [float(r[2].rstrip(" %")) for r in breakdown]
+    assert sum(shares) == pytest.approx(100.0, abs=0.2)
+    assert "No baseline given" in md
+    plan = md.split("## Intervention plan", 1)[1]
+    assert plan.count("--fail-on-regression") == 2
+
+
+def test_markdown_with_baseline_has_before_after_and_verdict(tmp_path: Path) -> None:
+    base = write(tmp_path / "a.json", make_snapshot(1.0))
+    cand = write(tmp_path / "b.json", make_snapshot(1.3))
+    out = tmp_path / "r.md"
+    assert main(["report", str(cand), "--baseline", str(base), "-o", str(out)]) == 0
+    md = out.read_text()
+    ops = {r[0]: r for r in table_rows(md, "## Headline operating points")}
+    before, after = float(ops["energy per step"][2]), float(ops["energy per step"][3])
+    assert after / before == pytest.approx(1.3, rel=1e-3)
+    assert ops["energy per step"][4].startswith("+30.0 %") and "worse" in ops["energy per step"][4]
+    assert "better" not in ops["steps per joule"][4] and "worse" in ops["steps per joule"][4]
+    verdict = md.split("## Verdict", 1)[1]
+    assert "**regression**" in verdict
+
+
+def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
+    series = {"t_s": [0.0, 0.1, 0.2, 0.3], "power_w": [60.0, 250.0, 240.0, 70.0]}
+    clamps = [{"reason": "sw_power_cap", "energy_j": 12.0, "time_s": 0.4}]
+    base = write(tmp_path / "a.json", make_snapshot(1.0))
+    cand = write(tmp_path / "b.json",
+                 make_snapshot(0.8, extra={"power_series": series, "clamps": clamps}))
+    out = tmp_path / "r.html"
+    assert main(["report", str(cand), "--baseline", str(base), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page)  # no external script at all
+    assert page.count("<script") >= 3  # plotly.js + one per chart
+    assert EVIL not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert "fuse &lt;b&gt;bias&lt;/b&gt;" in page
+    for div in ("ppw-energy-breakdown", "ppw-operating-points", "ppw-power-timeline"):
+        assert f'id="{div}"' in page
+    assert "clock-clamp time" in page
+    assert "improvement" in page
+
+
+def test_html_without_baseline_or_series(tmp_path: Path) -> None:
+    snap = write(tmp_path / "s.json", make_snapshot(steps=False))
+    out = tmp_path / "r.html"
+    assert main(["report", str(snap), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert 'id="ppw-energy-breakdown"' in page
+    assert "ppw-operating-points" not in page and "ppw-power-timeline" not in page
+    assert "energy per step" not in page  # no steps, no per-step metric
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page)
+
+
+def test_bad_suffix_and_bad_input_are_one_line_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = write(tmp_path / "s.json", make_snapshot())
+    assert main(["report", str(snap), "-o", str(tmp_path / "r.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppwtop: error:") and err.count("\n") == 1 and ".pdf" in err
+    assert not (tmp_path / "r.pdf").exists()
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppwtop: error:") and str(bad) in err and err.count("\n") == 1
+
+    assert main(["report", str(tmp_path / "missing.json"), "-o", str(tmp_path / "r.md")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+    wrong = tmp_path / "wrong.json"
+    wrong.write_bytes(orjson.dumps({"schema": "other"}))
+    assert main(["report", str(snap), "--baseline", str(wrong),
+                 "-o", str(tmp_path / "r.md")]) == 2
+    assert "wrong.json" in capsys.readouterr().err
+
+    assert main(["report", str(snap)]) == 2  # -o is required
+    assert capsys.readouterr().err.startswith("ppwtop: error:")
+    with pytest.raises(SystemExit) as exc:  # argparse's own --help exit
+        main(["report", "--help"])
+    assert exc.value.code == 0
+    assert "--baseline" in capsys.readouterr().out
