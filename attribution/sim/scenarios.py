@@ -61,6 +61,7 @@ class ScenarioSpec:
     kernels_per_step: int = 24
     fixed_pattern: tuple[int, ...] = ()  # class indices emitted first in every step, in order
     fixed_groups: tuple[tuple[int, ...], ...] = ()  # classes inseparable by construction
+    fixed_repeats: tuple[int, int] = (1, 1)  # the pattern repeats r times per step, r per phase
     phase_steps: tuple[int, int] = (15, 60)  # phase length range in steps
     dirichlet_alpha: float = 0.8  # 0 → every phase has the same (uniform) mix
     p_launch_gap: float = 0.08  # per kernel: host too slow to launch it
@@ -139,7 +140,10 @@ SCENARIOS: Mapping[str, ScenarioSpec] = {
         _spec("varied_mix", "six training kernel classes whose mix changes from phase to phase"),
         _spec("fixed_mix", "GEMM and flash-attention always interleaved 1:1 (one inseparable "
               "group); the other classes vary by phase",
-              fixed_pattern=(0, 1) * 6, fixed_groups=((0, 1),), kernels_per_step=24),
+              classes=(dataclasses.replace(_GEMM, sigma=0.06),
+                       dataclasses.replace(_ATTN, sigma=0.06), *TRAIN[2:]),
+              fixed_pattern=(0, 1), fixed_repeats=(1, 10), fixed_groups=((0, 1),),
+              kernels_per_step=32),
         _spec("launch_bound", "tiny kernels the host cannot launch fast enough",
               classes=(_TINY, _SMALLGEMM, _ADD), kernels_per_step=200, p_launch_gap=0.85,
               launch_gap_us=25.0, p_sync=0.2, p_stall=0.02),

@@ -86,11 +86,16 @@ def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: flo
     else:
         mix = np.full((len(lens), max(len(free), 1)), 1.0 / max(len(free), 1))
     cum = np.cumsum(mix, axis=1)
-    nfix = len(spec.fixed_pattern)
+    unit = len(spec.fixed_pattern)
+    r_lo, r_hi = spec.fixed_repeats
+    nfix = unit * r_hi
     nvar = k - nfix
     cls = np.empty((n, k), dtype=np.int64)
+    k_on = np.ones((n, k), dtype=bool)
     if nfix:
-        cls[:, :nfix] = np.asarray(spec.fixed_pattern)[None, :]
+        cls[:, :nfix] = np.tile(np.asarray(spec.fixed_pattern), r_hi)[None, :]
+        reps = rng.integers(r_lo, r_hi + 1, size=len(lens))[phase]
+        k_on[:, :nfix] = np.arange(nfix)[None, :] < (reps * unit)[:, None]
     if nvar > 0:
         u = rng.random((n, nvar))
         pick = (u[:, :, None] > cum[phase][:, None, :-1]).sum(axis=2)
@@ -122,7 +127,7 @@ def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: flo
         "dp": np.concatenate([c_dp, dpw], axis=1),
         "gap": np.concatenate([c_gap, gap], axis=1),
         "cause": np.concatenate([c_cause, cause], axis=1),
-        "on": np.concatenate([c_on, np.ones((n, k), dtype=bool)], axis=1),
+        "on": np.concatenate([c_on, k_on], axis=1),
         "is_copy": np.concatenate([np.ones((n, ncp), bool), np.zeros((n, k), bool)], axis=1),
         "cls": np.concatenate([np.broadcast_to(np.arange(ncp), (n, ncp)), cls], axis=1),
         "step": np.broadcast_to(np.arange(n)[:, None], (n, ncp + k)),
@@ -175,6 +180,8 @@ def _phase_lock(spec: ScenarioSpec, flat: dict[str, np.ndarray], t0: int) -> Non
     """Rewrite each step's first gap so steps start exactly every ``step_period_ms``."""
     period = spec.step_period_ms * MS
     first = flat["first"]
+    flat["dur"] = np.rint(flat["dur"])
+    flat["gap"] = np.rint(flat["gap"])
     busy = flat["dur"] + np.where(first, 0.0, flat["gap"])
     step = flat["step"]
     per_step = np.bincount(step, weights=busy)
@@ -235,10 +242,10 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
     is_copy = f["is_copy"]
     copy_bytes = np.where(is_copy, nbytes[np.where(is_copy, f["cls"], 0)], 0)
     api = _host_calls(start, end, f["gap"], f["cause"], is_copy=is_copy, pageable=f["pageable"])
-    # steps tile the GPU timeline: each starts where the gap before its first item starts
+    # steps tile the timeline from just before the host launches their first item
     first = f["first"]
     gap_i = start - np.concatenate([[t0], end[:-1]])
-    st_start = (start - gap_i)[first]
+    st_start = start[first] - LAUNCH_LATENCY_NS - 1_000
     st_end = np.concatenate([st_start[1:], [end[-1]]])
     # stream 2: a collective inside some long stream-1 kernels
     s2 = _stream2(spec, rng, start, end, is_copy=is_copy, dyn_w=dyn_w)

@@ -1,9 +1,62 @@
-"""`ppwtop simulate`: not built yet (issue #3); answers --help and exits 2 otherwise."""
+"""`ppwtop simulate`: run the built-in simulator and write what a profiled job would leave
+behind (Kineto trace, nvidia-smi CSV) plus the ground truth."""
 
 from __future__ import annotations
 
-from ppwtop.cli.common import not_built
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ppwtop.cli.common import parser, positive_float
+from ppwtop.errors import InputError, PpwtopError
+
+MAX_SECONDS = 3600.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from attribution.presets import PRESETS
+    from attribution.sim import SCENARIOS
+
+    p = parser("simulate", "Simulate a GPU job with known ground truth and write "
+               "DIR/trace.json.gz (Kineto), DIR/power.csv (nvidia-smi) and DIR/truth.json.")
+    p.add_argument("--scenario", default="varied_mix",
+                   help=f"workload scenario: {', '.join(SCENARIOS)} (default varied_mix)")
+    p.add_argument("--gpu", default=None,
+                   help=f"GPU preset: {', '.join(PRESETS)} (default: the scenario's own)")
+    p.add_argument("--seconds", type=positive_float, default=30.0,
+                   help="simulated wall time in seconds (1 to 3600, default 30)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    return p
 
 
 def main(argv: list[str]) -> int:
-    return not_built("simulate", 3, argv)
+    args = build_parser().parse_args(argv)
+    from attribution.presets import PRESETS
+    from attribution.sim import SCENARIOS, simulate
+    from ppwtop.sim_io import write_all
+
+    if args.scenario not in SCENARIOS:
+        raise PpwtopError(f"unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    if args.gpu is not None and args.gpu.strip().lower() not in PRESETS:
+        raise PpwtopError(f"unknown GPU model {args.gpu!r} (known: {', '.join(PRESETS)})")
+    if not 1.0 <= args.seconds <= MAX_SECONDS:
+        raise PpwtopError(f"--seconds must be between 1 and {MAX_SECONDS:g}, got {args.seconds:g}")
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise InputError(out, "exists and is not a directory")
+    t = time.perf_counter()
+    res = simulate(args.scenario, args.gpu.strip().lower() if args.gpu else None,
+                   args.seconds, args.seed)
+    try:
+        paths = write_all(res, out)
+    except OSError as e:
+        raise InputError(out, f"cannot write: {e.strerror or e}") from None
+    tr = res.truth
+    print(f"simulated {args.scenario} on {tr.gpu} for {args.seconds:g} s (seed {args.seed}): "
+          f"{len(res.trace.kernels)} kernels, {len(res.trace.copies)} copies, "
+          f"{tr.total_energy_j:.1f} J in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    for p in paths:
+        print(p)
+    return 0

@@ -1,0 +1,281 @@
+"""The simulator's ground truth is consistent with its own trace, power and sensor."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from attribution.model import (
+    CLOCK_REASON_SW_POWER_CAP,
+    ApiKind,
+    PowerField,
+)
+from attribution.presets import PRESETS, preset_for_name
+from attribution.sim import SCENARIOS, SimResult, simulate
+
+SECONDS = 12.0
+
+
+@pytest.fixture(scope="module")
+def varied() -> SimResult:
+    return simulate("varied_mix", "a100", SECONDS, seed=3)
+
+
+def _window_integral_loop(t_grid: np.ndarray, p: np.ndarray, a: int, b: int) -> float:
+    """∫ over [a, b] by explicit bin overlaps (independent of the simulator's cumsum)."""
+    dt = int(t_grid[1] - t_grid[0])
+    i0 = int((a - t_grid[0]) // dt)
+    i1 = int((b - t_grid[0]) // dt)
+    total = 0.0
+    for i in range(i0, i1 + 1):
+        lo = max(a, int(t_grid[i]))
+        hi = min(b, int(t_grid[i]) + dt)
+        if hi > lo:
+            total += float(p[i]) * (hi - lo) * 1e-9
+    return total
+
+
+def _busy_union_s(res: SimResult) -> float:
+    tr = res.trace
+    s = np.concatenate([tr.kernels.start_ns, tr.copies.start_ns])
+    e = np.concatenate([tr.kernels.end_ns, tr.copies.end_ns])
+    o = np.argsort(s)
+    s, e = s[o], e[o]
+    total, cur_s, cur_e = 0, int(s[0]), int(e[0])
+    for a, b in zip(s[1:].tolist(), e[1:].tolist(), strict=True):
+        if a > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return (total + cur_e - cur_s) * 1e-9
+
+
+@pytest.mark.parametrize("gpu", ["a100", "rtx3090"])
+def test_energy_conservation(gpu: str) -> None:
+    res = simulate("two_streams", gpu, SECONDS, seed=1)
+    tr = res.truth
+    window_s = (tr.window_end_ns - tr.window_start_ns) * 1e-9
+    dyn = sum(tr.class_dynamic_j.values())
+    expect = tr.active_idle_w * window_s + dyn + sum(tr.extras_j.values())
+    assert tr.total_energy_j == pytest.approx(expect, rel=1e-3)
+    assert float(tr.kernel_dynamic_j.sum() + tr.copy_dynamic_j.sum()) == pytest.approx(dyn,
+                                                                                       rel=1e-9)
+    # the true power grid integrates to the same total over the window
+    t, p = res.true_power
+    grid_j = _window_integral_loop(t, p, tr.window_start_ns, tr.window_end_ns)
+    assert grid_j == pytest.approx(tr.total_energy_j, rel=1e-3)
+    # idle energy = P_idle × (window − union of busy intervals), computed from the trace
+    idle_s = window_s - _busy_union_s(res)
+    assert sum(tr.idle_time_s.values()) == pytest.approx(idle_s, rel=1e-6)
+    assert sum(tr.idle_energy_j.values()) == pytest.approx(tr.active_idle_w * idle_s, rel=1e-6)
+    # full-cost class energy + idle energy closes to the total (contract convention)
+    closed = sum(tr.class_energy_j.values()) + sum(tr.idle_energy_j.values()) + sum(
+        tr.extras_j.values())
+    assert closed == pytest.approx(tr.total_energy_j, rel=1e-3)
+    # concurrency really happens in this scenario
+    k = res.trace.kernels
+    assert bool(np.any(k.start_ns[1:] < k.end_ns[:-1]))
+
+
+def test_energy_counter_is_integral_of_true_power(varied: SimResult) -> None:
+    tr, e = varied.truth, varied.trace.energy
+    t, p = varied.true_power
+    mj = (e.energy_mj - e.energy_mj[0]).astype(np.float64) / tr.gain
+    for j in (5, len(e) // 2, len(e) - 3):
+        ref = _window_integral_loop(t, p, int(e.t_ns[0]), int(e.t_ns[j]))
+        assert mj[j] / 1000.0 == pytest.approx(ref, abs=0.01 + 1e-6 * ref)
+
+
+def test_readings_are_window_means(varied: SimResult) -> None:
+    tr = varied.truth
+    pw = varied.trace.power
+    t, p = varied.true_power
+    sm = PRESETS["a100"].sensor(PowerField.INSTANT)
+    fresh = pw.fresh & (pw.field == int(PowerField.INSTANT))
+    ts, mw = pw.t_ns[fresh], pw.power_mw[fresh]
+    assert np.all(np.abs(np.diff(ts) - 100_000_000) < 2_000_000)  # T = 100 ms
+    for i in (20, 57, len(ts) // 2, len(ts) - 15):
+        hi = int(ts[i]) - round(tr.lag_ms * 1e6)
+        lo = hi - round(sm.window_ms * 1e6)
+        mean_w = _window_integral_loop(t, p, lo, hi) / (sm.window_ms * 1e-3)
+        assert mw[i] / 1000.0 == pytest.approx(mean_w * tr.gain, abs=0.002)
+    # poll rows repeat the latest published reading
+    polls = ~pw.fresh & (pw.field == int(PowerField.INSTANT))
+    j = np.searchsorted(ts, pw.t_ns[polls], side="right") - 1
+    assert np.array_equal(pw.power_mw[polls], mw[j])
+    assert 0.95 <= tr.gain <= 1.05
+
+
+def test_deterministic_per_seed() -> None:
+    a = simulate("demo", None, 5.0, seed=7)
+    b = simulate("demo", None, 5.0, seed=7)
+    c = simulate("demo", None, 5.0, seed=8)
+    assert np.array_equal(a.trace.kernels.start_ns, b.trace.kernels.start_ns)
+    assert np.array_equal(a.trace.power.power_mw, b.trace.power.power_mw)
+    assert np.array_equal(a.truth.kernel_dynamic_j, b.truth.kernel_dynamic_j)
+    assert a.truth.total_energy_j == b.truth.total_energy_j
+    assert a.truth.total_energy_j != c.truth.total_energy_j
+    assert a.truth.gpu == "h100"
+
+
+def _per_window_time(res: SimResult, name_part: str, bin_ns: int = 25_000_000) -> np.ndarray:
+    k = res.trace.kernels
+    names = np.array([name_part in n for n in res.trace.strings.names()])
+    m = names[k.name_id]
+    b = (k.start_ns[m] - k.start_ns[0]) // bin_ns
+    return np.bincount(b, weights=(k.end_ns - k.start_ns)[m], minlength=int(b.max()) + 1)
+
+
+def test_fixed_mix_fixes_the_mix() -> None:
+    fixed = simulate("fixed_mix", "a100", SECONDS, seed=2)
+    varied = simulate("varied_mix", "a100", SECONDS, seed=2)
+    assert len(fixed.truth.inseparable) == 1
+    assert len(fixed.truth.inseparable[0]) == 2
+    assert varied.truth.inseparable == []
+
+    def corr(res: SimResult) -> float:
+        a = _per_window_time(res, "s16816gemm", 100_000_000)
+        b = _per_window_time(res, "flash_fwd", 100_000_000)
+        n = min(len(a), len(b))
+        return float(np.corrcoef(a[:n], b[:n])[0, 1])
+
+    # the group's exposure moves together in fixed_mix, independently in varied_mix
+    assert corr(fixed) > 0.95
+    assert corr(varied) < 0.8
+    # and the group's call counts are 1:1 in every step
+    calls = fixed.truth.class_calls
+    g = fixed.truth.inseparable[0]
+    assert calls[g[0]] == calls[g[1]]
+
+
+def test_clamp_episode_sets_reasons_and_stretches_kernels() -> None:
+    res = simulate("clamp_episode", "a100", 20.0, seed=4)
+    ep = res.truth.clamp_episodes
+    assert len(ep) == 1
+    c0, c1 = ep[0]["start_ns"], ep[0]["end_ns"]
+    clk = res.trace.clocks
+    inside = (clk.t_ns > c0 + 50_000_000) & (clk.t_ns < c1 - 50_000_000)
+    outside = (clk.t_ns < c0) | (clk.t_ns > c1)
+    assert np.all(clk.clock_reasons[inside] & CLOCK_REASON_SW_POWER_CAP)
+    assert not np.any(clk.clock_reasons[outside] & CLOCK_REASON_SW_POWER_CAP)
+    assert clk.sm_mhz[inside].max() < clk.sm_mhz[outside].min()
+    k = res.trace.kernels
+    off = res.truth.clock_offset_ns
+    gemm = np.array(["s16816gemm" in n for n in res.trace.strings.names()])[k.name_id]
+    d = k.end_ns - k.start_ns
+    t_true = k.start_ns - off
+    kin = gemm & (t_true >= c0) & (t_true < c1)
+    kout = gemm & ((t_true < c0) | (t_true > c1))
+    ratio = np.median(d[kin]) / np.median(d[kout])
+    assert 1.25 < ratio < 1.55  # clock ratio 0.72 → ×1.39
+    pin = np.median(res.truth.kernel_dynamic_j[kin] / d[kin])
+    pout = np.median(res.truth.kernel_dynamic_j[kout] / d[kout])
+    assert pin / pout == pytest.approx(0.7, rel=0.05)
+
+
+def test_host_records_explain_the_gaps(varied: SimResult) -> None:
+    tr, truth = varied.trace, varied.truth
+    api = tr.apis
+    launch = api.kind == int(ApiKind.LAUNCH)
+    # every kernel has a launch call with its correlation that ends before it starts
+    by_corr = dict(zip(api.correlation[launch].tolist(), api.end_ns[launch].tolist(),
+                       strict=True))
+    ends = np.array([by_corr[c] for c in tr.kernels.correlation.tolist()])
+    assert np.all(ends < tr.kernels.start_ns)
+    # host thread calls never overlap
+    main = api.tid == api.tid.min()
+    assert np.all(api.start_ns[main][1:] >= api.end_ns[main][:-1])
+    # GPU gaps spanned by a sync call add up to the true sync-wait time
+    s = np.concatenate([tr.kernels.start_ns, tr.copies.start_ns])
+    e = np.concatenate([tr.kernels.end_ns, tr.copies.end_ns])
+    o = np.argsort(s)
+    s, e = s[o], e[o]
+    gs, ge = e[:-1], s[1:]
+    pos = ge > gs
+    gs, ge = gs[pos], ge[pos]
+    sync = api.kind == int(ApiKind.SYNC)
+    j = np.searchsorted(api.start_ns[sync], ge, side="right") - 1
+    spanned = (j >= 0) & (api.start_ns[sync][np.clip(j, 0, None)] <= gs + 5_000) & (
+        api.end_ns[sync][np.clip(j, 0, None)] >= ge - 20_000)
+    assert (ge - gs)[spanned].sum() * 1e-9 == pytest.approx(truth.idle_time_s["idle.sync_wait"],
+                                                           rel=0.02)
+    # gaps over 1 ms that no call overlaps are the host stalls (plus the trailing idle)
+    k = np.searchsorted(api.start_ns, ge - 10_000) - 1
+    any_call = (k >= 0) & (api.end_ns[np.clip(k, 0, None)] > gs)
+    stall = ~any_call & ((ge - gs) > 1_000_000)
+    tail_s = (truth.window_end_ns - (int(e.max()) - truth.clock_offset_ns)) * 1e-9
+    assert (ge - gs)[stall].sum() * 1e-9 + tail_s == pytest.approx(
+        truth.idle_time_s["idle.host_stall"], rel=0.02)
+
+
+def test_steps_tile_the_timeline(varied: SimResult) -> None:
+    m = varied.trace.markers
+    assert len(m) > 10
+    assert np.array_equal(m.start_ns[1:], m.end_ns[:-1])
+    assert varied.trace.strings[int(m.name_id[3])] == "ProfilerStep#3"
+    truth = varied.truth
+    off = truth.clock_offset_ns
+    tail_j = truth.active_idle_w * (truth.window_end_ns - (int(m.end_ns[-1]) - off) + (
+        int(m.start_ns[0]) - off - truth.window_start_ns)) * 1e-9
+    assert float(truth.step_energy_j.sum()) + tail_j == pytest.approx(truth.total_energy_j,
+                                                                      rel=1e-6)
+
+
+def test_phase_locked_steps_have_the_sensor_period() -> None:
+    res = simulate("phase_locked_step", "a100", 10.0, seed=0)
+    m = res.trace.markers
+    assert np.all(np.diff(m.start_ns) == 100_000_000)
+
+
+@pytest.mark.parametrize(("scenario", "lag"), [("lag_0", 0.0), ("lag_10", 10.0),
+                                               ("lag_50", 50.0)])
+def test_lag_scenarios(scenario: str, lag: float) -> None:
+    res = simulate(scenario, "h100", 3.0, seed=0)
+    assert res.truth.lag_ms == lag
+    assert all(s["lag_ms"] == lag for s in res.truth.sensors.values())
+    assert 0 <= res.truth.clock_offset_ns <= 2_000_000
+
+
+def test_average_only_publishes_only_the_average() -> None:
+    res = simulate("average_only", "a100", 3.0, seed=0)
+    assert set(np.unique(res.trace.power.field).tolist()) == {int(PowerField.AVERAGE)}
+    assert res.truth.sensors["average"]["window_ms"] == 1000
+
+
+@pytest.mark.parametrize("gpu", list(PRESETS))
+def test_every_preset_runs_and_names_its_device(gpu: str) -> None:
+    res = simulate("varied_mix", gpu, 2.0, seed=0)
+    p = preset_for_name(res.trace.devices[0].name)
+    assert p is not None
+    assert p.key == gpu
+    assert res.truth.active_idle_w == PRESETS[gpu].active_idle_w
+    assert len(res.truth.kernel_dynamic_j) == len(res.trace.kernels)
+    assert len(res.truth.copy_dynamic_j) == len(res.trace.copies)
+
+
+def test_all_scenarios_listed() -> None:
+    want = {"varied_mix", "fixed_mix", "launch_bound", "pageable_copies", "two_streams",
+            "clamp_episode", "phase_locked_step", "lag_0", "lag_10", "lag_50", "average_only",
+            "demo"}
+    assert want <= set(SCENARIOS)
+    res = simulate("pageable_copies", "a100", 3.0, seed=0)
+    assert "copy:HtoD/pageable" in res.truth.class_dynamic_j
+    assert "copy:DtoH/pageable" in res.truth.class_dynamic_j
+
+
+def test_unknown_names_raise() -> None:
+    with pytest.raises(KeyError):
+        simulate("nope", "a100", 2.0)
+    with pytest.raises(KeyError):
+        simulate("varied_mix", "gtx480", 2.0)
+
+
+def test_speed_90s_a100() -> None:
+    t = time.perf_counter()
+    res = simulate("varied_mix", "a100", 90.0, seed=0)
+    dt = time.perf_counter() - t
+    print(f"90 s a100 varied_mix: {dt:.2f} s, {len(res.trace.kernels)} kernels")
+    assert dt < 20.0

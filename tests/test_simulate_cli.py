@@ -1,0 +1,116 @@
+"""`ppwtop simulate` writes a Kineto trace, an nvidia-smi CSV and the truth, and the files
+say what the simulator says."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from attribution.model import PowerField
+from attribution.sim import simulate
+from attribution.sim.truth import Truth
+from ppwtop.cli import main as cli_main
+from ppwtop.cli.simulate import main
+from ppwtop.errors import PpwtopError
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("sim") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TZ", "America/New_York")
+    try:
+        assert main(["--scenario", "pageable_copies", "--gpu", "a100", "--seconds", "4",
+                     "--seed", "5", "--out", str(d)]) == 0
+    finally:
+        mp.undo()
+    return d
+
+
+def test_writes_three_files(out: Path) -> None:
+    for name in ("trace.json.gz", "power.csv", "truth.json"):
+        assert (out / name).stat().st_size > 1000
+
+
+def test_kineto_file_matches_the_trace(out: Path) -> None:
+    doc = orjson.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
+    res = simulate("pageable_copies", "a100", 4.0, seed=5)
+    base = doc["baseTimeNanoseconds"]
+    assert doc["deviceProperties"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    ev = doc["traceEvents"]
+    kern = [e for e in ev if e.get("cat") == "kernel"]
+    assert len(kern) == len(res.trace.kernels)
+    ts_ns = np.array([round(e["ts"] * 1000) for e in kern], dtype=np.int64) + base
+    assert np.array_equal(ts_ns, res.trace.kernels.start_ns)
+    assert {"device", "stream", "correlation", "grid", "block"} <= set(kern[0]["args"])
+    cp = [e for e in ev if e.get("cat") == "gpu_memcpy"]
+    assert any(e["name"] == "Memcpy HtoD (Pageable -> Device)" for e in cp)
+    launches = {e["args"]["correlation"] for e in ev
+                if e.get("cat") == "cuda_runtime" and e["name"] == "cudaLaunchKernel"}
+    assert {e["args"]["correlation"] for e in kern} <= launches
+    steps = [e for e in ev if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == len(res.trace.markers)
+
+
+def test_csv_is_nvidia_smi_format_and_round_trips(out: Path) -> None:
+    lines = (out / "power.csv").read_text().splitlines()
+    assert lines[0] == ("timestamp, index, name, power.draw.instant [W], power.draw [W], "
+                        "clocks.current.sm [MHz], temperature.gpu")
+    cells = lines[1].split(", ")
+    assert cells[2] == "NVIDIA A100-SXM4-80GB"
+    assert cells[3].endswith(" W")
+    assert cells[5].endswith(" MHz")
+    # 2026-01-15 10:00 UTC is 05:00 in New York: the stamps are local time
+    assert cells[0].startswith("2026/01/15 04:59:")
+    from ppwtop.importers.smi_csv import load_smi_csv
+
+    got = load_smi_csv(out / "power.csv", tz="America/New_York").power
+    res = simulate("pageable_copies", "a100", 4.0, seed=5)
+    pw = res.trace.power
+    polls = ~pw.fresh & (pw.field == int(PowerField.INSTANT))
+    gi = got.field == int(PowerField.INSTANT)
+    assert int(gi.sum()) == int(polls.sum())
+    assert np.all(np.abs(got.t_ns[gi] - pw.t_ns[polls]) < 1_000_000)  # ms stamps
+    assert np.all(np.abs(got.power_mw[gi] - pw.power_mw[polls]) <= 5)  # 10 mW printing
+
+
+def test_truth_json_loads(out: Path) -> None:
+    d = orjson.loads((out / "truth.json").read_bytes())
+    t = Truth.from_dict(d)
+    assert t.scenario == "pageable_copies"
+    assert t.total_energy_j > 0
+    assert d["schema"] == "ppwtop.truth/1"
+    assert "copy:HtoD/pageable" in t.class_dynamic_j
+    assert set(t.idle_energy_j) == {"idle.launch_gap", "idle.sync_wait", "idle.host_stall",
+                                    "idle.other"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--scenario", "nope", "--out", "x"],
+    ["--gpu", "gtx480", "--out", "x"],
+    ["--seconds", "0", "--out", "x"],
+    ["--seconds", "99999", "--out", "x"],
+    ["--seconds", "abc", "--out", "x"],
+    [],
+])
+def test_bad_args_are_one_line_errors(argv: list[str], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(PpwtopError):
+        main([a if a != "x" else str(tmp_path / "o") for a in argv])
+    rc = cli_main.main(["simulate", *[a if a != "x" else str(tmp_path / "o") for a in argv]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1
+    assert err[0].startswith("ppwtop: error:")
+
+
+def test_out_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(PpwtopError, match="not a directory"):
+        main(["--seconds", "1", "--out", str(f)])
