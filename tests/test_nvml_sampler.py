@@ -159,6 +159,27 @@ def test_dedup_when_polling_five_times_faster_than_the_sensor() -> None:
     idx = np.searchsorted(fresh_t, pw.t_ns[stale])
     assert np.all(fresh_t[idx] == pw.t_ns[stale])
     assert np.all(pw.power_mw[pw.fresh][idx] == pw.power_mw[stale])
+    stats = tr.meta["nvml"]["devices"][0]["field_stats"]["instant"]
+    assert stats["rows"] == 150 and stats["fresh"] == 30
+    assert stats["mean_period_ms"] == pytest.approx(100.0)
+
+
+def test_field_timestamps_that_are_query_times_or_missing() -> None:
+    clock = VirtualClock(T0_NS + 1000 * MS)
+    with installed(FakeNvmlLib([random_board(field_timestamps="query"),
+                                random_board(field_timestamps="none", uuid="GPU-b")], clock)):
+        s = NvmlSampler(clock=clock, env={})
+        run_polls(s, clock, 100, 20.0)
+        tr = s.drain()
+        s.stop()
+    inst = tr.power.take(tr.power.field == PowerField.INSTANT)
+    q = inst.take(inst.device == 0)
+    assert q.fresh.all()  # nothing to de-duplicate on: every timestamp is new...
+    assert any("look like query times" in n for n in s.notes)  # ...and the run says so
+    z = inst.take(inst.device == 1)
+    assert np.all(np.diff(z.t_ns) == 20 * MS)  # poll times
+    assert z.fresh.sum() == 20  # de-duplicated on the value (random board: values differ)
+    assert any("carry no timestamp" in n for n in s.notes)
 
 
 def test_samples_buffer_is_drained_without_gaps_or_repeats() -> None:

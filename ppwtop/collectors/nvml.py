@@ -105,6 +105,52 @@ def parse_cuda_visible_devices(
     return out, notes
 
 
+class _FieldState:
+    """De-duplication state and cadence statistics of one power field on one GPU."""
+
+    __slots__ = ("first_us", "last_mw", "last_us", "n_fresh", "n_repeat", "n_rows")
+
+    def __init__(self) -> None:
+        self.n_rows = 0
+        self.n_fresh = 0
+        self.n_repeat = 0  # fresh rows whose value equals the previous fresh value
+        self.first_us = -1
+        self.last_us = -1
+        self.last_mw = -1
+
+    def add(self, ts_us: int, mw: int, now_ns: int) -> tuple[int, bool]:
+        """``(t_ns, fresh)`` for a reading: fresh iff its own timestamp is new (or, with no
+        timestamp, iff its value changed; then ``t_ns`` is the poll time)."""
+        self.n_rows += 1
+        if ts_us <= 0:
+            fresh = mw != self.last_mw
+            t_ns = now_ns
+        else:
+            fresh = ts_us != self.last_us
+            t_ns = ts_us * 1000
+            if fresh:
+                self.first_us = ts_us if self.first_us < 0 else self.first_us
+                self.last_us = ts_us
+        if fresh:
+            self.n_fresh += 1
+            self.n_repeat += int(mw == self.last_mw)
+        self.last_mw = mw
+        return t_ns, fresh
+
+    def describe(self) -> dict[str, Any]:
+        span_ms = (self.last_us - self.first_us) / 1e3
+        return {
+            "rows": self.n_rows, "fresh": self.n_fresh, "fresh_same_value": self.n_repeat,
+            "mean_period_ms": span_ms / (self.n_fresh - 1) if self.n_fresh > 1 else None,
+        }
+
+    def looks_like_query_time(self) -> bool:
+        """Timestamps that advance on nearly every poll while the value mostly repeats are
+        probably the driver's query time, not the sensor's publication time."""
+        return (self.n_rows >= 50 and self.n_fresh > 0.9 * self.n_rows
+                and self.n_repeat > 0.5 * self.n_fresh)
+
+
 class _Device:
     """What the probe found on one board, plus the de-duplication state."""
 
@@ -116,7 +162,7 @@ class _Device:
         self.name = name
         self.uuid = uuid
         self.field_ids: list[int] = []
-        self.last_ts_us: dict[int, int] = {}
+        self.stats: dict[int, _FieldState] = {f: _FieldState() for f in FIELD_IDS.values()}
         self.samples = False
         self.samples_last_us = 0
         self.power_usage = False  # fallback DRAW signal
@@ -137,6 +183,8 @@ class _Device:
             "energy_counter": self.energy, "sm_clock": self.sm_clock,
             "mem_clock": self.mem_clock, "temperature": self.temperature,
             "clock_reasons": self.reasons_call is not None, "lost": self.lost,
+            "field_stats": {_FIELD_OF_ID[f].label: self.stats[f].describe()
+                            for f in self.field_ids},
         }
 
 
@@ -442,16 +490,10 @@ class NvmlSampler:
                 fid = int(v.fieldId)
                 mw = _value(v.value, int(v.valueType))
                 ts_us = int(v.timestamp)
-                if ts_us > 0:
-                    fresh = ts_us != d.last_ts_us.get(fid)
-                    t_ns = ts_us * 1000
-                else:  # no timestamp from this driver: poll time, de-dup on the value
+                if ts_us <= 0:
                     self._note(f"GPU {d.device_id}: field values carry no timestamp; "
                                "using poll time and de-duplicating on the value")
-                    fresh = mw != d.last_ts_us.get(-fid)
-                    d.last_ts_us[-fid] = mw
-                    t_ns = now
-                d.last_ts_us[fid] = ts_us
+                t_ns, fresh = d.stats[fid].add(ts_us, mw, now)
                 rows.power(t_ns, mw, d.device_id, _FIELD_OF_ID[fid], fresh)
         elif d.power_usage:
             mw = self._call(d, "power usage", pynvml.nvmlDeviceGetPowerUsage, d.handle)
@@ -522,6 +564,12 @@ class NvmlSampler:
 
     def meta(self) -> dict[str, Any]:
         """JSON-able run metadata: what was read, what is unsupported, and the cost."""
+        for d in self._devices:
+            for f in d.field_ids:
+                if d.stats[f].looks_like_query_time():
+                    self._note(f"GPU {d.device_id}: '{_FIELD_OF_ID[f].label}' timestamps advance"
+                               " on every poll while the value repeats: they look like query "
+                               "times, so fresh=True does not mean a new sensor reading")
         return {"nvml": {
             "driver_version": self.driver_version,
             "selection": self.selection,

@@ -88,6 +88,8 @@ class BoardModel:
     others return NVML_ERROR_NOT_SUPPORTED.  ``fields`` lists the field ids that answer.
     ``readings`` optionally replays recorded published readings instead of the sensor model:
     ``"instant"`` / ``"average"`` / ``"draw"`` → (publication ``t_ns``, ``power_mw``), sorted.
+    ``field_timestamps`` says what the field values' timestamps are (we do not know what real
+    drivers put there: scripts/gpu_check.py measures it).
     """
 
     name: str
@@ -112,6 +114,7 @@ class BoardModel:
     temp_c: npt.ArrayLike = 45
     clock_reasons: npt.ArrayLike = 0
     readings: Mapping[str, tuple[I64, I64]] = dataclasses.field(default_factory=dict)
+    field_timestamps: str = "publication"  # or "query" (the call's time) or "none" (0)
     _edges: I64 = dataclasses.field(init=False, repr=False)
     _cum_j: F64 = dataclasses.field(init=False, repr=False)
 
@@ -444,6 +447,8 @@ class FakeNvmlLib:
                 continue
             label = "average" if v.fieldId == pynvml.NVML_FI_DEV_POWER_AVERAGE else "instant"
             ts_us, mw = board.latest_reading(now, label)
+            if board.field_timestamps != "publication":
+                ts_us = now // 1000 if board.field_timestamps == "query" else 0
             v.timestamp = ts_us
             v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
             v.value.uiVal = mw
