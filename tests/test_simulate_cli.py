@@ -114,3 +114,25 @@ def test_out_is_a_file(tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(PpwtopError, match="not a directory"):
         main(["--seconds", "1", "--out", str(f)])
+
+
+def test_kineto_round_trip_through_the_importer(out: Path) -> None:
+    from ppwtop.importers.kineto import load_kineto
+
+    got = load_kineto(out / "trace.json.gz")
+    want = simulate("pageable_copies", "a100", 4.0, seed=5).trace
+    for f in ("kernels", "copies", "apis", "markers"):
+        assert len(getattr(got, f)) == len(getattr(want, f)), f
+    gk = got.kernels.take(np.argsort(got.kernels.correlation))
+    wk = want.kernels.take(np.argsort(want.kernels.correlation))
+    for col in ("start_ns", "end_ns", "stream", "grid_x", "block_x"):
+        assert np.array_equal(getattr(gk, col), getattr(wk, col)), col
+    assert [got.strings[i] for i in gk.name_id.tolist()] == [
+        want.strings[i] for i in wk.name_id.tolist()]
+    gc = got.copies.take(np.argsort(got.copies.correlation))
+    wc = want.copies.take(np.argsort(want.copies.correlation))
+    for col in ("start_ns", "kind", "src_mem", "dst_mem", "bytes"):
+        assert np.array_equal(getattr(gc, col), getattr(wc, col)), col
+    assert np.array_equal(np.sort(got.apis.kind), np.sort(want.apis.kind))
+    assert np.array_equal(np.sort(got.markers.start_ns), want.markers.start_ns)
+    assert got.devices[0].name == "NVIDIA A100-SXM4-80GB"
