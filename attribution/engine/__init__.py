@@ -1,1 +1,24 @@
-"""The attribution engine: sensor identification, regression over sensor windows, intervals."""
+"""The attribution engine: sensor identification, regression over sensor windows, intervals.
+
+``attribute(trace)`` → :class:`attribution.snapshot.Snapshot`; ``attribute_arrays(trace)`` →
+per-record energies (:class:`attribution.engine.build.Arrays`).  Modules: ``activity``
+(classes, busy-time functions), ``timebase`` (field, T/W, lag), ``regress`` (non-negative
+fit, bootstrap), ``split`` (the naive time-overlap baseline), ``build`` (per-device
+pipeline), ``rows`` (snapshot aggregation).  See docs/attribution.md.
+"""
+
+from __future__ import annotations
+
+from attribution.engine.build import N_BOOT, Arrays, DeviceResult, attribute_arrays
+from attribution.engine.rows import build_snapshot
+from attribution.model import Trace
+from attribution.snapshot import Snapshot
+
+__all__ = ["Arrays", "DeviceResult", "attribute", "attribute_arrays", "build_snapshot"]
+
+
+def attribute(trace: Trace, *, gpu: str | None = None, sla_ms: float | None = None,
+              n_boot: int = N_BOOT) -> Snapshot:
+    """Attribute a trace's GPU energy to kernels, copies and idle causes."""
+    arrays = attribute_arrays(trace, gpu=gpu, n_boot=n_boot)
+    return build_snapshot(trace, arrays, sla_ms=sla_ms)

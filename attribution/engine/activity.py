@@ -1,0 +1,172 @@
+"""Activity classes and their busy time over arbitrary windows.
+
+Owns the mapping of GPU items (kernels, copies, memsets) to classes -- one per kernel name,
+copy kind/memory, or memset memory, per device -- and the cumulative busy-time functions
+``B_c(t) = Σ_i |[start_i, end_i] ∩ (-∞, t]|`` that turn any set of windows into per-class
+busy time with two ``searchsorted`` calls.  Concurrent instances of a class add (two streams
+running the same kernel count twice), matching the additive power model ``ΔP_c`` per
+running instance.  Also owns the time-share function used to split ``P_idle`` among
+concurrent items.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attribution.model import F64, I32, I64, MemKind, Trace
+
+KERNEL, COPY, MEMSET = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Items:
+    """All GPU items of one device, in one table (kernels first, then copies, then memsets).
+
+    ``row`` is the index into the source batch (``source`` says which: KERNEL/COPY/MEMSET);
+    ``cls`` indexes ``labels`` (``kernel:<name>``, ``copy:<kind>/<memory>``).
+    """
+
+    device: int
+    start_ns: I64
+    end_ns: I64
+    source: I32  # KERNEL, COPY or MEMSET
+    row: I64
+    cls: I32
+    labels: tuple[str, ...]
+    class_source: tuple[int, ...]
+    class_key: tuple[tuple[str, str], ...]  # (name, "") for kernels, (kind, memory) for copies
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    @property
+    def duration_ns(self) -> I64:
+        return self.end_ns - self.start_ns
+
+
+def copy_memory_label(src_mem: int, dst_mem: int) -> str:
+    """The memory a copy is labelled by: its host side if any (pageable beats pinned)."""
+    mems = (src_mem, dst_mem)
+    for m in (MemKind.PAGEABLE, MemKind.PINNED, MemKind.MANAGED, MemKind.ARRAY, MemKind.DEVICE):
+        if int(m) in mems:
+            return m.label
+    return MemKind.UNKNOWN.label
+
+
+def items_for_device(trace: Trace, device: int) -> Items:
+    """Collect the device's kernels, copies and memsets and assign classes."""
+    from attribution.model import CopyKind
+
+    k, c, m = trace.kernels, trace.copies, trace.memsets
+    km, cm, mm = k.device == device, c.device == device, m.device == device
+    k_rows, c_rows, m_rows = np.flatnonzero(km), np.flatnonzero(cm), np.flatnonzero(mm)
+    labels: list[str] = []
+    src: list[int] = []
+    keys: list[tuple[str, str]] = []
+    index: dict[str, int] = {}
+
+    def add(label: str, source: int, key: tuple[str, str]) -> int:
+        i = index.get(label)
+        if i is None:
+            i = len(labels)
+            index[label] = i
+            labels.append(label)
+            src.append(source)
+            keys.append(key)
+        return i
+
+    # kernels: one class per name id
+    kid = k.name_id[k_rows]
+    uk, kinv = np.unique(kid, return_inverse=True)
+    kmap = np.array([add(f"kernel:{_name(trace, int(u))}", KERNEL, (_name(trace, int(u)), ""))
+                     for u in uk], dtype=np.int32)
+    # copies: one class per (kind, memory label)
+    ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
+            + c.dst_mem[c_rows].astype(np.int64))
+    uc, cinv = np.unique(ckey, return_inverse=True)
+    cl: list[int] = []
+    for u in uc:
+        kv = int(u) // 64
+        kind = CopyKind(kv).label if kv in CopyKind._value2member_map_ else "other"
+        mem = copy_memory_label((int(u) // 8) % 8, int(u) % 8)
+        cl.append(add(f"copy:{kind}/{mem}", COPY, (kind, mem)))
+    cmap = np.array(cl, dtype=np.int32)
+    mkey = m.mem[m_rows].astype(np.int64)
+    um, minv = np.unique(mkey, return_inverse=True)
+    ml: list[int] = []
+    for u in um:
+        mem = MemKind(int(u)).label if int(u) in MemKind._value2member_map_ else "unknown"
+        ml.append(add(f"copy:memset/{mem}", MEMSET, ("memset", mem)))
+    mmap = np.array(ml, dtype=np.int32)
+    cls = np.concatenate([kmap[kinv] if len(kmap) else np.empty(0, np.int32),
+                          cmap[cinv] if len(cmap) else np.empty(0, np.int32),
+                          mmap[minv] if len(mmap) else np.empty(0, np.int32)]).astype(np.int32)
+    return Items(
+        device=device,
+        start_ns=np.concatenate([k.start_ns[k_rows], c.start_ns[c_rows], m.start_ns[m_rows]]),
+        end_ns=np.concatenate([k.end_ns[k_rows], c.end_ns[c_rows], m.end_ns[m_rows]]),
+        source=np.concatenate([np.full(len(k_rows), KERNEL, np.int32),
+                               np.full(len(c_rows), COPY, np.int32),
+                               np.full(len(m_rows), MEMSET, np.int32)]),
+        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64),
+        cls=cls,
+        labels=tuple(labels),
+        class_source=tuple(src),
+        class_key=tuple(keys),
+    )
+
+
+def _name(trace: Trace, name_id: int) -> str:
+    if 0 <= name_id < len(trace.strings):
+        return trace.strings[name_id]
+    return f"<kernel {name_id}>"
+
+
+def busy_at(start_ns: I64, end_ns: I64, group: I32, n_groups: int, t_ns: I64, *,
+            origin_ns: int) -> F64:
+    """``B_g(t)`` in seconds for every group g and time t: shape ``(len(t), n_groups)``."""
+    out = np.zeros((len(t_ns), n_groups), np.float64)
+    t = (t_ns - origin_ns).astype(np.float64) * 1e-9
+    if len(start_ns) == 0:
+        return out
+    s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
+    e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
+    order = np.argsort(group, kind="stable")
+    g_sorted = group[order]
+    bounds = np.searchsorted(g_sorted, np.arange(n_groups + 1))
+    for g in range(n_groups):
+        sel = order[bounds[g]:bounds[g + 1]]
+        if len(sel) == 0:
+            continue
+        s = np.sort(s_all[sel])
+        e = np.sort(e_all[sel])
+        cs = np.r_[0.0, np.cumsum(s)]
+        ce = np.r_[0.0, np.cumsum(e)]
+        ns = np.searchsorted(s, t, side="right")
+        ne = np.searchsorted(e, t, side="right")
+        out[:, g] = (t * ns - cs[ns]) - (t * ne - ce[ne])
+    return out
+
+
+def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:
+    """Each item's share of busy wall time: ∫ over the item of 1/k(t), k = items running.
+
+    The shares of all items sum to the length of their union, so ``P_idle × share`` splits
+    the idle baseline of busy time among concurrent items by time share.
+    """
+    n = len(start_ns)
+    if n == 0:
+        return np.empty(0, np.float64)
+    t = np.concatenate([start_ns, end_ns]) - origin_ns
+    d = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.lexsort((d, t))  # ends before starts at equal times
+    ts = t[order].astype(np.float64) * 1e-9
+    k = np.cumsum(d[order])
+    seg = np.diff(ts)
+    rate = np.where(k[:-1] > 0, 1.0 / np.maximum(k[:-1], 1), 0.0)
+    g = np.r_[0.0, np.cumsum(seg * rate)]
+    gs = np.interp((start_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
+    ge = np.interp((end_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
+    return np.asarray(np.maximum(ge - gs, 0.0), dtype=np.float64)

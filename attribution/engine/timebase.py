@@ -1,0 +1,121 @@
+"""One timebase: which power field to use, its sensor model (T, W), and the fitted lag D.
+
+Owns the choice of readings (one field per device, fresh readings only, windows inside the
+attribution window), the sensor model (from the GPU preset; unknown boards: T from the
+median spacing of fresh readings and W = T), the per-reading activity matrix over the exact
+sensor windows ``[t_k − D − W, t_k − D]``, and the grid search of D that best explains the
+readings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from attribution.model import F64, I32, I64, PowerField, Trace
+from attribution.presets import GpuPreset
+
+FIELD_PREFERENCE = (PowerField.INSTANT, PowerField.DRAW, PowerField.SAMPLES, PowerField.METER,
+                    PowerField.AVERAGE)
+LAG_GRID_MS = (-20.0, 60.0)
+LAG_COARSE_MS = 2.0
+LAG_FINE_MS = 0.25
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Readings:
+    """The fresh readings of one field on one device."""
+
+    field: PowerField | None
+    t_ns: I64
+    power_w: F64
+    period_ms: float  # measured median spacing (nan when < 2 readings)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sensor:
+    field: str
+    period_ms: float
+    window_ms: float
+    lag_ms: float
+    source: str  # "preset" | "measured" | "none"
+
+
+def readings_for(trace: Trace, device: int) -> Readings:
+    """Fresh readings of the preferred field on ``device`` (sorted, de-duplicated by time)."""
+    p = trace.power
+    on_dev = p.device == device
+    if not bool(on_dev.any()):
+        on_dev = p.device < 0  # a power log with no device column
+    for f in FIELD_PREFERENCE:
+        m = on_dev & (p.field == int(f))
+        if not bool(m.any()):
+            continue
+        fresh = m & p.fresh
+        if not bool(fresh.any()):
+            fresh = m
+        t = p.t_ns[fresh]
+        w = p.power_mw[fresh].astype(np.float64) / 1e3
+        order = np.argsort(t, kind="stable")
+        t, w = t[order], w[order]
+        keep = np.r_[True, np.diff(t) > 0] if len(t) else np.zeros(0, bool)
+        t, w = t[keep], w[keep]
+        ok = np.isfinite(w) & (w >= 0)
+        t, w = t[ok], w[ok]
+        period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
+        return Readings(f, t, w, period)
+    return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
+
+
+def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
+    """(T, W, source) for the readings' field: the preset's, else measured T and W = T."""
+    if readings.field is None:
+        return float("nan"), float("nan"), "none"
+    if preset is not None:
+        try:
+            s = preset.sensor(readings.field)
+            return float(s.period_ms), float(s.window_ms), "preset"
+        except KeyError:
+            pass
+    t = readings.period_ms if np.isfinite(readings.period_ms) else 100.0
+    return t, t, "measured"
+
+
+ActivityFn = Callable[[I64], F64]
+"""``B(t)``: busy seconds per group up to each time (shape (len(t), groups))."""
+
+
+def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float) -> F64:
+    """Per-group busy fraction inside each reading's window [t − D − W, t − D]."""
+    hi = t_ns - np.int64(round(lag_ms * 1e6))
+    lo = hi - np.int64(round(window_ms * 1e6))
+    both = busy(np.concatenate([lo, hi]))
+    n = len(t_ns)
+    return np.asarray((both[n:] - both[:n]) / (window_ms * 1e-3), dtype=np.float64)
+
+
+def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
+           lag_ms_range: tuple[float, float] = LAG_GRID_MS) -> I32:
+    """Indices of readings whose window stays inside the attribution window for all lags."""
+    lo = t_ns - np.int64(round((lag_ms_range[1] + window_ms) * 1e6))
+    hi = t_ns - np.int64(round(lag_ms_range[0] * 1e6))
+    return np.flatnonzero((lo >= win_start_ns) & (hi <= win_end_ns)).astype(np.int32)
+
+
+def fit_lag(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
+            rss: Callable[[F64, F64], float]) -> float:
+    """Lag (ms) minimising the regression residual: coarse grid, then a fine one."""
+    if len(t_ns) < 4:
+        return 1.5
+    lo, hi = LAG_GRID_MS
+
+    def best(grid: F64) -> float:
+        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d)), y) for d in grid]
+        return float(grid[int(np.argmin(scores))])
+
+    coarse = best(np.arange(lo, hi + 1e-9, LAG_COARSE_MS))
+    fine = np.arange(max(lo, coarse - LAG_COARSE_MS), min(hi, coarse + LAG_COARSE_MS) + 1e-9,
+                     LAG_FINE_MS)
+    return best(fine)

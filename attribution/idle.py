@@ -1,0 +1,180 @@
+"""GPU-busy intervals and idle gaps with their causes.
+
+Owns the busy/idle split of each device's timeline: busy = the union of kernels, copies and
+memsets on that device; idle = everything else inside the attribution window (including the
+stretch from the window start to the first activity and from the last activity to the window
+end).  Each idle gap gets one cause (``attribution.snapshot.IDLE_CAUSES`` order):
+
+* ``sync_wait``  -- a synchronising API call (``ApiKind.SYNC``) covers more than half the gap;
+* ``host_stall`` -- otherwise, a gap longer than 1 ms (nothing in flight for over 1 ms);
+* ``launch_gap`` -- otherwise, the host call that issued the next item ended inside the gap
+  (or less than ``LAUNCH_TOL_NS`` before it): the host was too slow to launch; with no API
+  records at all, any gap up to 1 ms counts as a launch gap;
+* ``other``      -- the rest (the next item was queued long before: a device-side bubble).
+
+Everything is vectorised: sorting, running maxima and ``searchsorted`` over the sorted
+interval ends; no per-gap Python loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attribution.model import I16, I64, U8, ApiKind, B, Trace
+from attribution.snapshot import IDLE_CAUSES
+
+LAUNCH_GAP, SYNC_WAIT, HOST_STALL, OTHER = 0, 1, 2, 3
+assert IDLE_CAUSES[LAUNCH_GAP] == "launch_gap" and IDLE_CAUSES[SYNC_WAIT] == "sync_wait"
+assert IDLE_CAUSES[HOST_STALL] == "host_stall" and IDLE_CAUSES[OTHER] == "other"
+
+STALL_NS = 1_000_000
+"""A gap longer than this with nothing in flight is a host stall (CONTRACT.md)."""
+LAUNCH_TOL_NS = 2_000
+"""A launch call that ended this little before the gap began still counts as 'late'."""
+SYNC_COVER = 0.5
+"""Fraction of a gap a sync call must cover for the gap to be a sync wait."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IdleIntervals:
+    """Idle gaps of all devices; ``cause`` indexes ``IDLE_CAUSES``."""
+
+    start_ns: I64
+    end_ns: I64
+    device: I16
+    cause: U8
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    @property
+    def duration_ns(self) -> I64:
+        return self.end_ns - self.start_ns
+
+    def cause_names(self) -> list[str]:
+        return [IDLE_CAUSES[int(c)] for c in self.cause]
+
+
+def union_segments(start_ns: I64, end_ns: I64) -> tuple[I64, I64]:
+    """The union of intervals as sorted, disjoint ``(start, end)`` segments."""
+    if len(start_ns) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(start_ns, kind="stable")
+    s = start_ns[order].astype(np.int64)
+    e = np.maximum(end_ns[order].astype(np.int64), s)
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], run_end[last]
+
+
+def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
+    """Time inside ``[a, b]`` covered by disjoint sorted segments (vectorised over a, b)."""
+    if len(seg_start) == 0:
+        return np.zeros(len(a_ns), np.int64)
+    lengths = seg_end - seg_start
+    cum = np.r_[np.int64(0), np.cumsum(lengths)]
+
+    def upto(t: I64) -> I64:
+        j = np.searchsorted(seg_start, t, side="right") - 1
+        jj = np.clip(j, 0, None)
+        inside = np.clip(t - seg_start[jj], 0, lengths[jj])
+        return np.where(j < 0, 0, cum[jj] + inside)
+
+    return upto(b_ns) - upto(a_ns)
+
+
+def _item_columns(trace: Trace, device: int) -> tuple[I64, I64, I64]:
+    """Start, end and correlation of all GPU items (kernels, copies, memsets) on a device."""
+    k, cp, ms = trace.kernels, trace.copies, trace.memsets
+    km, cm, mm = k.device == device, cp.device == device, ms.device == device
+    s = np.concatenate([k.start_ns[km], cp.start_ns[cm], ms.start_ns[mm]])
+    e = np.concatenate([k.end_ns[km], cp.end_ns[cm], ms.end_ns[mm]])
+    c = np.concatenate([k.correlation[km], cp.correlation[cm], ms.correlation[mm]])
+    return s, e, c
+
+
+def busy_segments(trace: Trace, device: int) -> tuple[I64, I64]:
+    """Union of kernels, copies and memsets on ``device``."""
+    s, e, _ = _item_columns(trace, device)
+    return union_segments(s, e)
+
+
+def _issue_end_ns(trace: Trace, correlation: I64) -> tuple[I64, B]:
+    """End time of the host call that issued each item (by correlation id) and a found mask."""
+    apis = trace.apis
+    issue = (apis.kind != ApiKind.SYNC) & (apis.correlation >= 0)
+    corr = apis.correlation[issue]
+    ends = apis.end_ns[issue]
+    if len(corr) == 0 or len(correlation) == 0:
+        return np.zeros(len(correlation), np.int64), np.zeros(len(correlation), bool)
+    order = np.argsort(corr, kind="stable")
+    corr, ends = corr[order], ends[order]
+    j = np.clip(np.searchsorted(corr, correlation), 0, len(corr) - 1)
+    found = (corr[j] == correlation) & (correlation >= 0)
+    return ends[j], found
+
+
+def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
+                   devices: list[int] | None = None) -> IdleIntervals:
+    """All idle gaps inside the window, per device, with their cause."""
+    if devices is None:
+        devices = device_indices(trace)
+    apis = trace.apis
+    sync = apis.kind == ApiKind.SYNC
+    sync_s, sync_e = union_segments(apis.start_ns[sync], apis.end_ns[sync])
+    have_api = len(apis) > 0
+    out_s, out_e, out_d, out_c = [], [], [], []
+    for dev in devices:
+        s, e, corr = _item_columns(trace, dev)
+        inwin = (e > window_start_ns) & (s < window_end_ns)
+        s, e, corr = s[inwin], e[inwin], corr[inwin]
+        order = np.argsort(s, kind="stable")
+        s, e, corr = s[order], e[order], corr[order]
+        seg_s, seg_e = union_segments(s, e)
+        seg_s = np.clip(seg_s, window_start_ns, window_end_ns)
+        seg_e = np.clip(seg_e, window_start_ns, window_end_ns)
+        gap_s = np.r_[np.int64(window_start_ns), seg_e]
+        gap_e = np.r_[seg_s, np.int64(window_end_ns)]
+        # the item that ends each gap: the first (sorted) item starting at the segment start
+        first_item = np.searchsorted(s, seg_s, side="left")
+        next_corr = np.r_[corr[np.clip(first_item, 0, max(len(s) - 1, 0))] if len(s) else
+                          np.empty(0, np.int64), np.int64(-1)]
+        keep = gap_e > gap_s
+        gap_s, gap_e, next_corr = gap_s[keep], gap_e[keep], next_corr[keep]
+        dur = gap_e - gap_s
+        cover = covered_ns(sync_s, sync_e, gap_s, gap_e)
+        issue_end, found = _issue_end_ns(trace, next_corr)
+        late = found & (issue_end >= gap_s - LAUNCH_TOL_NS)
+        if not have_api:
+            late = dur <= STALL_NS
+        cause = np.full(len(dur), OTHER, np.uint8)
+        cause[late] = LAUNCH_GAP
+        cause[dur > STALL_NS] = HOST_STALL
+        cause[cover > SYNC_COVER * dur] = SYNC_WAIT
+        out_s.append(gap_s)
+        out_e.append(gap_e)
+        out_d.append(np.full(len(dur), dev, np.int16))
+        out_c.append(cause)
+    if not out_s:
+        z = np.empty(0, np.int64)
+        return IdleIntervals(z, z.copy(), np.empty(0, np.int16), np.empty(0, np.uint8))
+    return IdleIntervals(np.concatenate(out_s), np.concatenate(out_e),
+                         np.concatenate(out_d), np.concatenate(out_c))
+
+
+def device_indices(trace: Trace) -> list[int]:
+    """Devices that have GPU activity or power readings, else the declared ones, else [0]."""
+    found = np.unique(np.concatenate([
+        trace.kernels.device, trace.copies.device, trace.memsets.device,
+        trace.power.device]).astype(np.int64))
+    found = found[found >= 0]
+    if len(found):
+        return [int(d) for d in found]
+    if trace.devices:
+        return sorted(d.index for d in trace.devices)
+    return [0]

@@ -1,0 +1,59 @@
+"""Snapshot files: write and read ``ppwtop.snapshot/1`` JSON with orjson.
+
+Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem becomes an
+:class:`ppwtop.errors.InputError` naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from attribution.snapshot import Snapshot
+from ppwtop.errors import InputError
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def dumps(snapshot: Snapshot) -> bytes:
+    return orjson.dumps(snapshot.to_dict(), option=orjson.OPT_INDENT_2 |
+                        orjson.OPT_SERIALIZE_NUMPY, default=_default)
+
+
+def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:
+    p = Path(path)
+    try:
+        p.write_bytes(dumps(snapshot))
+    except OSError as e:
+        raise InputError(p, f"cannot write: {e.strerror or e}") from None
+
+
+def read_snapshot(path: str | Path) -> Snapshot:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    try:
+        d = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InputError(p, f"not JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise InputError(p, "not a ppwtop snapshot (top level is not an object)")
+    try:
+        return Snapshot.from_dict(d)
+    except ValueError as e:
+        raise InputError(p, str(e)) from None
