@@ -395,6 +395,9 @@ def test_cost_fraction_is_measured_and_reported() -> None:
     assert meta["cost_fraction"] > 0.0
     assert meta["polls"] == 50
     assert meta["poll_cpu_us_mean"] > 0.0
+    assert meta["poll_wall_us_mean"] > 0.0
+    # the fraction is CPU time in polls over wall time since open: bounded by the polls' share
+    assert meta["cost_fraction"] <= 1.0
 
 
 def test_thread_start_stop_is_clean_and_drain_is_thread_safe() -> None:

@@ -262,6 +262,7 @@ class NvmlSampler:
         self.polls = 0
         self.overruns = 0
         self._busy_cpu_ns = 0
+        self._busy_wall_ns = 0  # time inside polls, blocked or not (slow NVML calls show here)
         self._wall_start_ns = 0
         self._wall_end_ns: int | None = None
 
@@ -446,6 +447,7 @@ class NvmlSampler:
             return
         with self._poll_lock:
             cpu0 = time.thread_time_ns()
+            wall0 = time.perf_counter_ns()
             rows = _Rows()
             now = int(self.clock())
             clocks_due = now >= self._next_clock_ns
@@ -466,6 +468,7 @@ class NvmlSampler:
                 self._rows.extend(rows)
             self.polls += 1
             self._busy_cpu_ns += time.thread_time_ns() - cpu0
+            self._busy_wall_ns += time.perf_counter_ns() - wall0
 
     def _call(self, d: _Device, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None after counting (and noting once) an error."""
@@ -581,6 +584,7 @@ class NvmlSampler:
             "overruns": self.overruns,
             "cost_fraction": self.cost_fraction,
             "poll_cpu_us_mean": self._busy_cpu_ns / 1e3 / max(self.polls, 1),
+            "poll_wall_us_mean": self._busy_wall_ns / 1e3 / max(self.polls, 1),
         }}
 
     def drain(self) -> Trace:
