@@ -1,9 +1,23 @@
-"""`ppwtop compare`: not built yet (issue #5); answers --help and exits 2 otherwise."""
+"""`ppwtop compare A B`: the TUI compare screen, baseline A and candidate B side by side."""
 
 from __future__ import annotations
 
-from ppwtop.cli.common import not_built
+from pathlib import Path
+
+from ppwtop.cli.common import parser
+from ppwtop.cli.show import load_snapshot
 
 
 def main(argv: list[str]) -> int:
-    return not_built("compare", 5, argv)
+    ap = parser("compare", "The TUI compare screen: two snapshots side by side.")
+    ap.add_argument("baseline", help="baseline snapshot JSON")
+    ap.add_argument("candidate", help="candidate snapshot JSON")
+    args = ap.parse_args(argv)
+    a = load_snapshot(args.baseline)
+    b = load_snapshot(args.candidate)
+    from ppwtop.tui.app import PpwtopApp
+    from ppwtop.tui.feed import StaticFeed
+
+    PpwtopApp(StaticFeed(b, label=Path(args.candidate).name), baseline=a, start_compare=True,
+              names=(Path(args.baseline).name, Path(args.candidate).name)).run()
+    return 0

@@ -1,0 +1,107 @@
+"""The compare screen: a baseline and a candidate snapshot side by side, per-class deltas
+sorted by |ΔJ|, and the verdict of :func:`attribution.diff.diff` when that module is there."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from attribution.snapshot import Snapshot
+from ppwtop.tui.widgets import Cell, esc, fmt_num, name_cell, num_cell, sync_table
+
+
+def class_energies(s: Snapshot) -> dict[str, float]:
+    """Energy per class name (``kernel:<name>``, ``copy:<kind>/<memory>``, ``idle.<cause>``)."""
+    out: dict[str, float] = {}
+    for k in s.kernels:
+        out[f"kernel:{k.name}"] = out.get(f"kernel:{k.name}", 0.0) + k.energy_j
+    for c in s.copies:
+        key = f"copy:{c.kind}/{c.memory}"
+        out[key] = out.get(key, 0.0) + c.energy_j
+    for i in s.idle:
+        out[f"idle.{i.cause}"] = out.get(f"idle.{i.cause}", 0.0) + i.energy_j
+    return out
+
+
+def deltas(a: Snapshot, b: Snapshot) -> list[tuple[str, float, float, float]]:
+    """(class, baseline J, candidate J, ΔJ) sorted by |ΔJ|, largest first."""
+    ea, eb = class_energies(a), class_energies(b)
+    rows = [(k, ea.get(k, 0.0), eb.get(k, 0.0), eb.get(k, 0.0) - ea.get(k, 0.0))
+            for k in set(ea) | set(eb)]
+    rows.sort(key=lambda r: (-abs(r[3]), r[0]))
+    return rows
+
+
+def verdict_text(a: Snapshot, b: Snapshot) -> str:
+    try:
+        from attribution.diff import diff
+    except ImportError:
+        return "verdict: (attribution.diff not available: deltas only)"
+    try:
+        r: Any = diff(a, b)
+    except Exception as e:
+        return esc(f"verdict: unavailable ({type(e).__name__}: {e})")
+    colour = {"regression": "red", "improvement": "green"}.get(r.verdict, "yellow")
+    unit = "J/step" if getattr(r, "metric", "") == "energy_per_step_j" else "J/s"
+    ci = getattr(r, "delta_ci", (math.nan, math.nan))
+    return (f"verdict: [b {colour}]{r.verdict}[/]  Δ {fmt_num(r.delta)} {unit} "
+            f"(90% CI [{fmt_num(ci[0])}, {fmt_num(ci[1])}]), "
+            f"comparability {getattr(r, 'comparability', math.nan):.2f}")
+
+
+def summary_text(title: str, s: Snapshot) -> str:
+    dur = s.window.duration_s
+    gpu = s.gpus[0].name if s.gpus else "no GPU"
+    lines = [f"[b]{esc(title)}[/] · {esc(gpu)}",
+             f"energy {fmt_num(s.totals.energy_j)} J in {fmt_num(dur)} s "
+             f"({fmt_num(s.totals.energy_j / dur if dur > 0 else math.nan)} W)"]
+    if s.steps is not None and s.steps.count:
+        lines.append(f"{fmt_num(s.steps.energy_j.mean)} J/step over {s.steps.count} steps, "
+                     f"p95 {fmt_num(s.steps.latency_ms.p95)} ms")
+    else:
+        lines.append("no steps")
+    return "\n".join(lines)
+
+
+class CompareScreen(Screen[None]):
+    CSS_PATH = Path(__file__).with_name("compare.tcss")
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back")]
+
+    def __init__(self, baseline: Snapshot, candidate: Snapshot,
+                 names: tuple[str, str] = ("baseline", "candidate")) -> None:
+        super().__init__()
+        self.baseline = baseline
+        self.candidate = candidate
+        self.names = names
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="sides"):
+            yield Static(summary_text(self.names[0], self.baseline), id="side-a")
+            yield Static(summary_text(self.names[1], self.candidate), id="side-b")
+        yield Static(verdict_text(self.baseline, self.candidate), id="verdict")
+        yield DataTable(id="deltas", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one("#deltas", DataTable)
+        for label, key, width in (("class", "name", 44), ("baseline J", "a", 10),
+                                  ("candidate J", "b", 11), ("ΔJ", "d", 9),
+                                  ("Δ%", "p", 8)):
+            t.add_column(label, key=key, width=width)
+        rows = []
+        for i, (name, ea, eb, d) in enumerate(deltas(self.baseline, self.candidate)):
+            pct = d / ea * 100 if ea else math.inf if d else 0.0
+            style = "red" if d > 0 else "green" if d < 0 else ""
+            rows.append((name, [name_cell(name, 44), num_cell(ea), num_cell(eb),
+                                Cell(-i, f"{d:+.3g}", style=style),
+                                Cell(pct, "new" if math.isinf(pct) else f"{pct:+.1f}%",
+                                     style=style)]))
+        sync_table(t, rows, 3, reverse=True)
+        t.focus()

@@ -1,0 +1,371 @@
+"""Pilot tests of the TUI on hand-built snapshots (StaticFeed and a scripted fake feed)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from textual.widgets import DataTable, Input, Static
+
+from attribution.snapshot import (
+    CopyRow,
+    GpuInfo,
+    IdleRow,
+    Inefficiency,
+    KernelRow,
+    Quantiles,
+    SensorInfo,
+    Snapshot,
+    Steps,
+    Totals,
+    Window,
+)
+from ppwtop.tui.app import PpwtopApp
+from ppwtop.tui.compare import CompareScreen, deltas
+from ppwtop.tui.detail import DetailScreen
+from ppwtop.tui.feed import PowerTrace, SnapshotFeed, StaticFeed
+from ppwtop.tui.widgets import NOT_RESOLVABLE
+
+SIZE = (120, 40)
+
+
+def kernel(name: str, energy_j: float, time_s: float, calls: int,
+           resolvable: bool = True) -> KernelRow:
+    return KernelRow(name=name, gpu=0, calls=calls, time_s=time_s, energy_j=energy_j,
+                     dynamic_energy_j=energy_j * 0.6,
+                     dynamic_energy_ci_j=(energy_j * 0.5, energy_j * 0.7),
+                     avg_power_w=energy_j / time_s, resolvable=resolvable, precision="bf16",
+                     why="" if resolvable else "fixed mix with gemm_b")
+
+
+def make_snapshot(kernels: dict[str, tuple[float, float, int]] | None = None,
+                  steps: bool = True, idle_j: float = 40.0) -> Snapshot:
+    kernels = kernels if kernels is not None else {
+        "gemm_bf16_big": (300.0, 0.5, 100),
+        "layernorm_fwd": (50.0, 0.4, 900),
+        "softmax_tiny": (20.0, 0.1, 5000),
+    }
+    krows = tuple(kernel(n, e, t, c, resolvable=(n != "softmax_tiny"))
+                  for n, (e, t, c) in kernels.items())
+    copies = (CopyRow(kind="HtoD", memory="pageable", gpu=0, calls=10, bytes=2_000_000_000,
+                      time_s=0.2, energy_j=15.0, dynamic_energy_j=5.0),)
+    idle = (IdleRow(cause="host_stall", gpu=0, time_s=0.4, energy_j=idle_j, count=12),
+            IdleRow(cause="launch_gap", gpu=0, time_s=0.1, energy_j=idle_j / 4, count=300))
+    e_total = sum(k.energy_j for k in krows) + 15.0 + idle_j * 1.25
+    st = None
+    if steps:
+        st = Steps(count=20, energy_j=Quantiles(mean=e_total / 20, p50=1.0, p95=2.0, p99=3.0),
+                   latency_ms=Quantiles(mean=50.0, p50=48.0, p95=61.0, p99=77.0),
+                   items_per_j=None)
+    ineff = (Inefficiency(rank=1, mechanism="idle.host_stall", energy_j=idle_j, share=0.1,
+                          evidence="12 stalls", fix="overlap data loading", owner="data team",
+                          validation="rerun"),)
+    return Snapshot(
+        gpus=(GpuInfo(0, "NVIDIA H100 80GB HBM3", "h100",
+                      SensorInfo("instant", 100.0, 25.0, 1.5)),),
+        window=Window(0, 2_000_000_000),
+        totals=Totals(energy_j=e_total, kernel_energy_j=sum(k.energy_j for k in krows),
+                      copy_energy_j=15.0, idle_energy_j=idle_j * 1.25, active_idle_w=70.0,
+                      measured_energy_j=e_total * 0.99, closure_error=0.0101),
+        kernels=krows, copies=copies, idle=idle, steps=st, inefficiencies=ineff,
+    )
+
+
+class FakeFeed:
+    """A feed the test scripts: snapshots queued with push(), connection switchable."""
+
+    def __init__(self) -> None:
+        self.queue: deque[Snapshot] = deque()
+        self.is_connected = True
+        self.calls = 0
+
+    def push(self, s: Snapshot) -> None:
+        self.queue.append(s)
+
+    def next_snapshot(self) -> Snapshot | None:
+        self.calls += 1
+        return self.queue.popleft() if self.queue else None
+
+    def power_trace(self) -> PowerTrace:
+        t = np.arange(50, dtype=np.int64) * 100_000_000
+        return t, 200.0 + 50.0 * np.sin(t / 1e9)
+
+    @property
+    def connected(self) -> bool:
+        return self.is_connected
+
+    @property
+    def label(self) -> str:
+        return "fake"
+
+
+async def wait_for(pilot: object, cond: object, timeout_s: float = 3.0) -> None:
+    t0 = time.monotonic()
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() - t0 > timeout_s:
+            raise AssertionError("condition not reached")
+        await pilot.pause(0.05)  # type: ignore[attr-defined]
+
+
+def kernel_order(app: PpwtopApp) -> list[str]:
+    t = app.live.query_one("#kernels", DataTable)
+    return [t.coordinate_to_cell_key((i, 0)).row_key.value.split(":", 2)[2]  # type: ignore[union-attr]
+            for i in range(t.row_count)]
+
+
+def header(app: PpwtopApp) -> str:
+    return str(app.live.query_one("#header", Static).render())
+
+
+def test_feeds_satisfy_protocol() -> None:
+    assert isinstance(StaticFeed(make_snapshot()), SnapshotFeed)
+    assert isinstance(FakeFeed(), SnapshotFeed)
+    f = StaticFeed(make_snapshot())
+    assert f.next_snapshot() is not None and f.next_snapshot() is None
+
+
+async def test_show_renders_ranked_kernels_and_header() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        assert kernel_order(app) == ["gemm_bf16_big", "layernorm_fwd", "softmax_tiny"]
+        h = header(app)
+        assert "snap.json" in h and "H100" in h and "instant" in h
+        assert "J/step" in h and "p95 61" in h and "p99 77" in h and "closure +1.0%" in h
+        t = app.live.query_one("#kernels", DataTable)
+        note = t.get_cell("k:0:softmax_tiny", "note")
+        assert note.text == NOT_RESOLVABLE
+        assert t.get_cell("k:0:gemm_bf16_big", "note").text == ""
+        other = app.live.query_one("#other", DataTable)
+        assert [other.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)] == [
+            "i:0:host_stall", "c:0:HtoD/pageable", "i:0:launch_gap"]
+        ineff = str(app.live.query_one("#ineff", Static).render())
+        assert "idle.host_stall" in ineff and "overlap data loading" in ineff
+        assert "data team" in ineff
+
+
+async def test_sort_cycles_energy_time_calls_name() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("s")
+        assert app.sort_key == "time"
+        assert kernel_order(app) == ["gemm_bf16_big", "layernorm_fwd", "softmax_tiny"]
+        await pilot.press("s")
+        assert app.sort_key == "calls"
+        assert kernel_order(app) == ["softmax_tiny", "layernorm_fwd", "gemm_bf16_big"]
+        await pilot.press("s")
+        assert app.sort_key == "name"
+        assert kernel_order(app) == ["gemm_bf16_big", "layernorm_fwd", "softmax_tiny"]
+        await pilot.press("s")
+        assert app.sort_key == "energy"
+
+
+async def test_filter_by_name_then_clear() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("slash")
+        assert app.live.query_one("#filter", Input).has_focus
+        await pilot.press("n", "o", "r", "m")
+        assert kernel_order(app) == ["layernorm_fwd"]
+        await pilot.press("enter")
+        assert kernel_order(app) == ["layernorm_fwd"]
+        assert "filter: norm" in header(app)
+        await pilot.press("escape")
+        assert len(kernel_order(app)) == 3
+
+
+async def test_export_writes_valid_snapshot(tmp_path: Path) -> None:
+    snap = make_snapshot()
+    app = PpwtopApp(StaticFeed(snap), export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("e")
+        await pilot.pause()
+    files = list(tmp_path.glob("ppwtop-snapshot-*.json"))
+    assert len(files) == 1
+    back = Snapshot.from_dict(orjson.loads(files[0].read_bytes()))
+    assert back.kernels == snap.kernels and back.totals == snap.totals
+
+
+async def test_pause_stops_taking_snapshots() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+        await pilot.press("space")
+        assert app.paused and "paused" in header(app)
+        feed.push(make_snapshot(idle_j=99.0))
+        await pilot.pause(0.4)
+        assert app.ticks == 1 and len(feed.queue) == 1
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.ticks == 2)
+        assert app.snapshot is not None and app.snapshot.idle[0].energy_j == 99.0
+
+
+async def test_keyed_updates_keep_cursor_on_same_kernel() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+        t = app.live.query_one("#kernels", DataTable)
+        await pilot.press("down")  # cursor on layernorm_fwd (row 1)
+        assert t.cursor_row == 1
+        # layernorm now tops the ranking, a new kernel appears, softmax_tiny disappears
+        feed.push(make_snapshot({"gemm_bf16_big": (100.0, 0.5, 100),
+                                 "layernorm_fwd": (500.0, 0.4, 900),
+                                 "new_kernel": (200.0, 0.3, 10)}))
+        await wait_for(pilot, lambda: app.ticks == 2)
+        await pilot.pause()
+        assert kernel_order(app) == ["layernorm_fwd", "new_kernel", "gemm_bf16_big"]
+        assert t.cursor_row == 0
+        assert app.selected_kernel() is not None
+        assert app.selected_kernel().name == "layernorm_fwd"  # type: ignore[union-attr]
+        assert t.get_cell("k:0:layernorm_fwd", "e").text == "500"
+
+
+async def test_disconnected_keeps_last_data() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+        assert "disconnected" not in header(app)
+        feed.is_connected = False
+        await wait_for(pilot, lambda: not app.connected)
+        await pilot.pause()
+        assert "target disconnected" in header(app)
+        assert len(kernel_order(app)) == 3
+
+
+async def test_detail_by_key_and_enter() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("down", "down", "d")
+        assert isinstance(app.screen, DetailScreen)
+        text = str(app.screen.query_one("#detail", Static).render())
+        assert "softmax_tiny" in text and "not resolvable" in text and "fixed mix" in text
+        assert "5000" in text  # calls
+        await pilot.press("escape")
+        assert app.screen is app.live
+        await pilot.press("up", "up", "enter")
+        assert isinstance(app.screen, DetailScreen)
+        assert "gemm_bf16_big" in str(app.screen.query_one("#detail", Static).render())
+
+
+async def test_baseline_then_compare() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+        await pilot.press("c")
+        assert app.screen is app.live  # no baseline yet
+        await pilot.press("b")
+        feed.push(make_snapshot(idle_j=140.0))
+        await wait_for(pilot, lambda: app.ticks == 2)
+        await pilot.press("c")
+        assert isinstance(app.screen, CompareScreen)
+        t = app.screen.query_one("#deltas", DataTable)
+        first = t.coordinate_to_cell_key((0, 0)).row_key.value
+        assert first == "idle.host_stall"  # +100 J, the largest |ΔJ|
+        assert "verdict" in str(app.screen.query_one("#verdict", Static).render())
+        await pilot.press("escape")
+        assert app.screen is app.live
+
+
+async def test_markup_in_names_is_shown_literally() -> None:
+    name = "void f<float>[with T=[b]x[/b]]"
+    app = PpwtopApp(StaticFeed(make_snapshot({name: (10.0, 0.1, 3)}), label="[red]lbl"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert "[red]lbl" in header(app)
+        await pilot.press("d")
+        assert isinstance(app.screen, DetailScreen)
+        assert name in str(app.screen.query_one("#detail", Static).render())
+
+
+def test_deltas_sorted_by_abs_delta() -> None:
+    a = make_snapshot()
+    b = make_snapshot({"gemm_bf16_big": (250.0, 0.5, 100), "layernorm_fwd": (52.0, 0.4, 900),
+                       "softmax_tiny": (20.0, 0.1, 5000)})
+    rows = deltas(a, b)
+    assert rows[0][0] == "kernel:gemm_bf16_big" and rows[0][3] == pytest.approx(-50.0)
+    assert rows[1][0] == "kernel:layernorm_fwd" and rows[1][3] == pytest.approx(2.0)
+
+
+async def test_command_palette_lists_actions() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+    for want in ("Pause / resume", "Cycle sort key", "Filter by name", "Export snapshot",
+                 "Mark baseline", "Compare with baseline", "Detail of selected row", "Quit"):
+        assert want in titles
+
+
+async def test_quit() -> None:
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0
+    assert not app._thread.is_alive() or app._stop.is_set()
+
+
+def test_show_cli_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ppwtop.cli.main import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "ppwtop.snapshot/1"}')
+    assert main(["show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppwtop: error:") and "bad.json" in err and "missing key" in err
+    assert main(["compare", str(tmp_path / "nope.json"), str(bad)]) == 2
+    assert "nope.json" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_tmux_show_at_100x30(tmp_path: Path) -> None:
+    snap_path = tmp_path / "s.json"
+    snap_path.write_bytes(orjson.dumps(make_snapshot().to_dict()))
+    session = f"ppwtop-test-{time.monotonic_ns()}"
+    cmd = f"{sys.executable} -m ppwtop show {snap_path}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
+                   check=True)
+    try:
+        screen = ""
+        for _ in range(60):
+            time.sleep(0.25)
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                    capture_output=True, text=True, check=False).stdout
+            if "softmax_tiny" in screen:
+                break
+        assert "gemm_bf16_big" in screen and "layernorm_fwd" in screen
+        assert "softmax_tiny" in screen and "host_stall" in screen
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        for _ in range(40):
+            time.sleep(0.1)
+            alive = subprocess.run(["tmux", "has-session", "-t", session],
+                                   capture_output=True, check=False).returncode == 0
+            if not alive:
+                break
+        assert not alive, "q did not quit"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+
+
+_ = asyncio  # pytest-asyncio runs the async tests (asyncio_mode=auto)
