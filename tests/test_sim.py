@@ -279,3 +279,14 @@ def test_speed_90s_a100() -> None:
     dt = time.perf_counter() - t
     print(f"90 s a100 varied_mix: {dt:.2f} s, {len(res.trace.kernels)} kernels")
     assert dt < 20.0
+
+
+def test_span_energy_is_window_minus_lead_and_tail(varied: SimResult) -> None:
+    tr = varied.truth
+    t, p = varied.true_power
+    ref = _window_integral_loop(t, p, tr.span_start_ns, tr.span_end_ns)
+    assert tr.span_energy_j == pytest.approx(ref, rel=1e-3)
+    span = varied.trace.gpu_span_ns()
+    assert span is not None
+    assert (tr.span_start_ns, tr.span_end_ns) == (span[0] - tr.clock_offset_ns,
+                                                  span[1] - tr.clock_offset_ns)

@@ -114,6 +114,14 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     extras = float(tail[in_win].sum() * GRID_DT_NS * 1e-9)
     truth = _truth(spec, preset.key, seed, tl, p_idle=preset.active_idle_w, korder=korder,
                    corder=corder, su=su, off=offset_ns, extras=extras, tr=trace)
+    span = (int(tl.start_ns.min()), int(tl.end_ns.max()))
+    cum = np.concatenate([[0.0], np.cumsum(tail) * (GRID_DT_NS * 1e-9)])
+    tail_span_j = float(np.diff(np.interp((np.array(span) - g0) / GRID_DT_NS,
+                                          np.arange(len(cum)), cum))[0])
+    span_j = (preset.active_idle_w * (span[1] - span[0]) * 1e-9 + truth.dynamic_energy_j
+              + tail_span_j)
+    truth = dataclasses.replace(truth, span_start_ns=span[0], span_end_ns=span[1],
+                                span_energy_j=span_j)
     return SimResult(trace, truth, (t_grid, power_w))
 
 

@@ -45,6 +45,9 @@ class Truth:
     clock_offset_ns: int  # trace (CUPTI) time − true (host/NVML) time
     inseparable: list[list[str]]  # fixed-mix groups
     clamp_episodes: list[dict[str, Any]]
+    span_start_ns: int = 0  # first item start .. last item end (host clock): the GPU span
+    span_end_ns: int = 0
+    span_energy_j: float = 0.0  # true energy over the GPU span (window minus lead/tail idle)
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
