@@ -469,3 +469,25 @@ def test_board_from_sim_replays_the_simulators_readings_and_counter() -> None:
         in_bins = (t_grid >= a) & (t_grid < b)
         want_mj = res.truth.gain * p_w[in_bins].sum() * (t_grid[1] - t_grid[0]) * 1e-6
         assert abs(int(e.energy_mj[i + 1] - e.energy_mj[i]) - want_mj) <= 1.0
+
+
+def test_characterize_reports_this_boards_sensor() -> None:
+    import orjson
+
+    from ppwtop.collectors.nvml import characterize
+
+    now = time.time_ns()
+    t = now - 2_000 * MS + np.arange(6000, dtype=np.int64) * MS
+    board = BoardModel("NVIDIA H200", "GPU-h200", t, np.full(len(t), 250.0), period_ms=20.0,
+                       window_ms=10.0, gain=1.03)
+    with installed(FakeNvmlLib([board])):
+        rep = characterize(seconds=0.6, poll_hz=200.0, repeats=5)
+    orjson.dumps(rep)  # JSON-able
+    (dev,) = rep["devices"]
+    assert dev["instant_period_ms"] == pytest.approx(20.0)
+    assert dev["samples_period_ms"] == pytest.approx(20.0)
+    assert 0.0 < dev["instant_fresh_fraction"] < 0.6  # 200 Hz polls of a 50 Hz sensor
+    # steady 250 W: the counter and the readings agree (the same gain on both)
+    assert dev["energy_over_instant_integral"] == pytest.approx(1.0, abs=0.03)
+    assert {"0:field_values", "0:energy", "0:sm_clock", "0:power_usage"} <= set(rep["latency"])
+    assert rep["meta"]["nvml"]["cost_fraction"] > 0.0

@@ -608,3 +608,72 @@ class NvmlSampler:
         }).sorted_by("t_ns")
         return Trace(power=power, energy=energy, clocks=clocks, devices=self.device_infos,
                      meta=self.meta())
+
+
+# --- characterisation on a real GPU (for scripts/gpu_check.py) ------------------------------
+
+
+def _median_ms(t_ns: Any) -> float | None:
+    d = np.diff(np.asarray(t_ns, dtype=np.int64))
+    return float(np.median(d) / 1e6) if len(d) else None
+
+
+def characterize(seconds: float = 10.0, poll_hz: float = 200.0, devices: list[int] | None = None,
+                 repeats: int = 50, clock: Callable[[], int] = time.time_ns) -> dict[str, Any]:
+    """Run the sampler for ``seconds`` at ``poll_hz`` and report, per GPU, what this board's
+    NVML really does: spacing of fresh instant timestamps (T), how often polls see a new one,
+    samples-buffer spacing, energy-counter update period and its ratio to the mean instant
+    power × time (≈ 1 under a steady load), each call's mean latency, and the sampler's cost
+    (in ``meta``).  JSON-able.
+    """
+    s = NvmlSampler(devices, poll_hz=poll_hz, clock_hz=5.0, clock=clock, samples_hz=5.0)
+    s.open()
+    latency: dict[str, dict[str, float]] = {}
+    for d in s._devices:
+        calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+            "field_values": (pynvml.nvmlDeviceGetFieldValues, (d.handle, d.field_ids)),
+            "energy": (pynvml.nvmlDeviceGetTotalEnergyConsumption, (d.handle,)),
+            "sm_clock": (pynvml.nvmlDeviceGetClockInfo, (d.handle, pynvml.NVML_CLOCK_SM)),
+            "power_usage": (pynvml.nvmlDeviceGetPowerUsage, (d.handle,)),
+        }
+        for name, (fn, args) in calls.items():
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            try:
+                for _ in range(repeats):
+                    fn(*args)
+            except pynvml.NVMLError:
+                continue
+            latency[f"{d.device_id}:{name}"] = {
+                "wall_us": (time.perf_counter_ns() - w0) / 1e3 / repeats,
+                "cpu_us": (time.thread_time_ns() - c0) / 1e3 / repeats}
+    s.start()
+    time.sleep(seconds)
+    s.stop()
+    tr = s.drain()
+    out: dict[str, Any] = {"meta": tr.meta, "latency": latency, "devices": []}
+    p, e = tr.power, tr.energy
+    for info in tr.devices:
+        on = p.device == info.index
+        inst = p.take(on & (p.field == PowerField.INSTANT))
+        fresh = inst.take(inst.fresh)
+        smp = p.take(on & (p.field == PowerField.SAMPLES))
+        en = e.take(e.device == info.index)
+        changed = en.take(np.flatnonzero(np.diff(en.energy_mj) != 0) + 1) if len(en) else en
+        ratio = None
+        if len(fresh) > 2 and len(en) > 2:
+            # counter energy / (mean fresh instant power x time) over the counter's span
+            in_span = (fresh.t_ns >= en.t_ns[0]) & (fresh.t_ns <= en.t_ns[-1])
+            dur_s = float(en.t_ns[-1] - en.t_ns[0]) / 1e9
+            if in_span.any() and dur_s > 0:
+                mean_w = float(fresh.power_mw[in_span].mean()) / 1e3
+                ctr_j = float(en.energy_mj[-1] - en.energy_mj[0]) / 1e3
+                ratio = ctr_j / (mean_w * dur_s) if mean_w > 0 else None
+        out["devices"].append({
+            "device": info.index, "name": info.name,
+            "instant_period_ms": _median_ms(fresh.t_ns),
+            "instant_fresh_fraction": float(inst.fresh.mean()) if len(inst) else None,
+            "samples_period_ms": _median_ms(smp.t_ns), "samples_rows": len(smp),
+            "energy_update_ms": _median_ms(changed.t_ns),
+            "energy_over_instant_integral": ratio,
+        })
+    return out
