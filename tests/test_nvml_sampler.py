@@ -379,6 +379,7 @@ def test_explicit_indices_win_and_empty_env_selects_nothing(
         s.stop()
         with pytest.raises(ValueError, match="NVML index"):
             NvmlSampler([3], clock=clock).open()
+        assert pynvml.nvmlLib.init_count == 0  # no NVML handle leaked by the failed open
 
 
 # --- cost and the thread ---------------------------------------------------------------------
@@ -417,6 +418,8 @@ def test_thread_start_stop_is_clean_and_drain_is_thread_safe() -> None:
         s.stop()  # idempotent
         assert not s.running
         assert lib.init_count == 0  # nvmlShutdown called once
+        with pytest.raises(RuntimeError, match="make a new one"):
+            s.start()
         parts.append(s.drain())
     assert not any(th.name == "ppwtop-nvml" for th in threading.enumerate())
     fresh_t = np.concatenate([b.power.t_ns[(b.power.field == PowerField.INSTANT)

@@ -276,8 +276,15 @@ class NvmlSampler:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
             raise NvmlUnavailableError(f"NVML is not available: {e}") from e
+        try:
+            self._discover()
+        except BaseException:
+            pynvml.nvmlShutdown()
+            raise
         self._opened = True
         self._wall_start_ns = time.monotonic_ns()
+
+    def _discover(self) -> None:
         self.driver_version = self._try(pynvml.nvmlSystemGetDriverVersion, "", "driver version")
         count = int(pynvml.nvmlDeviceGetCount())
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
@@ -385,6 +392,8 @@ class NvmlSampler:
         """Open (if needed) and start the polling thread."""
         if self._thread is not None:
             return
+        if self._closed:
+            raise RuntimeError("this NvmlSampler was stopped; make a new one")
         self.open()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="ppwtop-nvml", daemon=True)
