@@ -1,0 +1,524 @@
+"""Decode raw CUPTI activity buffers into :mod:`attribution.model` batches.
+
+This module owns the record layouts (activity kind -> cupti-python numpy record dtype), the
+walk over a buffer's record boundaries, and the mapping of CUPTI enum codes onto the model's
+enums.  It runs in the ppwtop process on bytes that :mod:`ppwtop.collectors.cupti_raw` copied
+out of the target; the only per-record work is numpy.
+
+Layout assumptions (see docs/collectors_cupti.md):
+
+* a buffer is records packed back to back, each starting with a little-endian ``int32`` kind
+  (``CUpti_ActivityKind``) and occupying ``sizeof`` of that kind's struct for the CUPTI version
+  in use;
+* every activity struct is declared ``packed, aligned(8)``, so ``sizeof`` is a multiple of 8
+  and the next record starts right after the previous one (the walker still rounds the stride
+  up to 8, a no-op for every dtype in :data:`DEFAULT_LAYOUTS`);
+* which struct version a kind uses depends on the CUPTI library version; the default table
+  takes the newest version cupti-python ships.  Pass another table for other versions.
+
+A kind the table does not decode but whose size is known is skipped and counted; a kind whose
+size is unknown ends the walk of that buffer (the remaining bytes are counted as undecodable),
+because the record boundary after it cannot be found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from cupti import cupti
+
+from attribution.model import (
+    ApiBatch,
+    ApiKind,
+    CopyBatch,
+    CopyKind,
+    KernelBatch,
+    MarkerBatch,
+    MarkerKind,
+    MemKind,
+    MemsetBatch,
+    StringTable,
+)
+
+AK = cupti.ActivityKind
+
+NameResolver = Callable[[int], str | None] | Mapping[int, str]
+"""Kernel/marker name lookup by the ``const char*`` value stored in the record."""
+
+MARKER_FLAG_INSTANTANEOUS = 1  # CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS
+MARKER_FLAG_START = 2  # CUPTI_ACTIVITY_FLAG_MARKER_START
+MARKER_FLAG_END = 4  # CUPTI_ACTIVITY_FLAG_MARKER_END (absent from cupti-python's enum)
+
+DEFAULT_LAYOUTS: dict[int, np.dtype[Any]] = {
+    int(AK.KERNEL): cupti.activity_kernel13_dtype,
+    int(AK.CONCURRENT_KERNEL): cupti.activity_kernel13_dtype,
+    int(AK.MEMCPY): cupti.activity_memcpy7_dtype,
+    int(AK.MEMSET): cupti.activity_memset5_dtype,
+    int(AK.RUNTIME): cupti.activity_api_dtype,
+    int(AK.DRIVER): cupti.activity_api_dtype,
+    int(AK.SYNCHRONIZATION): cupti.activity_synchronization2_dtype,
+    int(AK.MARKER): cupti.activity_marker2_dtype,
+    int(AK.OVERHEAD): cupti.activity_overhead3_dtype,
+}
+"""Kinds this module decodes, with the struct each is laid out as (newest cupti-python has)."""
+
+_SKIP_DTYPES: dict[str, str] = {
+    "DEVICE": "activity_device6_dtype",
+    "CONTEXT": "activity_context4_dtype",
+    "NAME": "activity_name_dtype",
+    "MARKER_DATA": "activity_marker_data2_dtype",
+    "CDP_KERNEL": "activity_cdp_kernel_dtype",
+    "PREEMPTION": "activity_preemption_dtype",
+    "ENVIRONMENT": "activity_environment_dtype",
+    "MEMCPY2": "activity_memcpy_pto_p4_dtype",
+    "UNIFIED_MEMORY_COUNTER": "activity_unified_memory_counter3_dtype",
+    "FUNCTION": "activity_function_dtype",
+    "MODULE": "activity_module_dtype",
+    "DEVICE_ATTRIBUTE": "activity_device_attribute_dtype",
+    "OPENACC_DATA": "activity_open_acc_data_dtype",
+    "OPENACC_LAUNCH": "activity_open_acc_launch_dtype",
+    "OPENACC_OTHER": "activity_open_acc_other_dtype",
+    "CUDA_EVENT": "activity_cuda_event2_dtype",
+    "STREAM": "activity_stream_dtype",
+    "EXTERNAL_CORRELATION": "activity_external_correlation_dtype",
+    "MEMORY2": "activity_memory4_dtype",
+    "MEMORY_POOL": "activity_memory_pool3_dtype",
+    "OPENMP": "activity_open_mp_dtype",
+    "INTERNAL_LAUNCH_API": "activity_api_dtype",
+    "GRAPH_TRACE": "activity_graph_trace2_dtype",
+    "JIT": "activity_jit2_dtype",
+    "DEVICE_GRAPH_TRACE": "activity_device_graph_trace_dtype",
+    "MEM_DECOMPRESS": "activity_mem_decompress_dtype",
+    "ROTATION": "activity_confidential_compute_rotation_dtype",
+    "GRAPH_HOST_NODE": "activity_graph_host_node_dtype",
+    "COMPUTE_ENGINE_CTX_SWITCH": "activity_compute_engine_ctx_switch_dtype",
+    "HOST_LAUNCH": "activity_host_launch_dtype",
+    "GREEN_CONTEXT": "activity_green_context3_dtype",
+}
+
+
+def _skip_sizes() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for kind_name, dtype_name in _SKIP_DTYPES.items():
+        kind = getattr(AK, kind_name, None)
+        dtype = getattr(cupti, dtype_name, None)
+        if kind is not None and dtype is not None:
+            out[int(kind)] = int(dtype.itemsize)
+    return out
+
+
+SKIP_SIZES: dict[int, int] = _skip_sizes()
+"""Kinds that are not decoded but can be stepped over (their struct size is known)."""
+
+MAX_KIND = int(AK.COUNT)
+
+
+def _stride(itemsize: int) -> int:
+    return (itemsize + 7) & ~7
+
+
+# --------------------------------------------------------------------------------------------
+# Enum mappings (built from cupti-python's own enums, so a renumbering there shows up here)
+# --------------------------------------------------------------------------------------------
+
+
+def _lut(pairs: Mapping[int, int], size: int, default: int) -> npt.NDArray[np.uint8]:
+    lut = np.full(size, default, dtype=np.uint8)
+    for k, v in pairs.items():
+        lut[k] = v
+    return lut
+
+
+_MK = cupti.ActivityMemcpyKind
+COPY_KIND_LUT = _lut({
+    int(_MK.HTOD): CopyKind.HTOD, int(_MK.DTOH): CopyKind.DTOH,
+    int(_MK.HTOA): CopyKind.HTOD, int(_MK.ATOH): CopyKind.DTOH,
+    int(_MK.ATOA): CopyKind.DTOD, int(_MK.ATOD): CopyKind.DTOD, int(_MK.DTOA): CopyKind.DTOD,
+    int(_MK.DTOD): CopyKind.DTOD, int(_MK.HTOH): CopyKind.HTOH, int(_MK.PTOP): CopyKind.PTOP,
+}, 256, CopyKind.OTHER)
+"""CUPTI_ACTIVITY_MEMCPY_KIND_* -> CopyKind (arrays are device memory)."""
+
+_MEM = cupti.ActivityMemoryKind
+MEM_KIND_LUT = _lut({
+    int(_MEM.PAGEABLE): MemKind.PAGEABLE, int(_MEM.PINNED): MemKind.PINNED,
+    int(_MEM.DEVICE): MemKind.DEVICE, int(_MEM.ARRAY): MemKind.ARRAY,
+    int(_MEM.MANAGED): MemKind.MANAGED, int(_MEM.DEVICE_STATIC): MemKind.DEVICE,
+    int(_MEM.MANAGED_STATIC): MemKind.MANAGED,
+}, 65536, MemKind.UNKNOWN)
+"""CUPTI_ACTIVITY_MEMORY_KIND_* -> MemKind (static variants folded into their base kind)."""
+
+_SUFFIX = re.compile(r"_v\d+$")
+
+
+def api_name(cbid_name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (``_ptsz``/``_ptds`` are kept)."""
+    return _SUFFIX.sub("", cbid_name)
+
+
+def classify_api(name: str) -> ApiKind:
+    """What a runtime/driver call does, from its name."""
+    n = name.lower()
+    if "graph" in n and "launch" not in n:
+        return ApiKind.OTHER  # graph construction calls (cudaGraphAddMemcpyNode ...)
+    if "launch" in n:
+        return ApiKind.LAUNCH
+    if "synchronize" in n:
+        return ApiKind.SYNC
+    if "memcpy" in n:
+        return ApiKind.MEMCPY
+    if "memset" in n:
+        return ApiKind.MEMSET
+    if "malloc" in n or "free" in n or "memalloc" in n or "memfree" in n:
+        return ApiKind.ALLOC
+    return ApiKind.OTHER
+
+
+def _cbid_names(enum_cls: Any) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for m in enum_cls:
+        if m.name.startswith(("INVALID", "SIZE", "FORCE_INT")):
+            continue
+        out.setdefault(int(m.value), api_name(m.name))
+    return out
+
+
+RUNTIME_CBID_NAMES: dict[int, str] = _cbid_names(cupti.RuntimeApiTraceCbid)
+DRIVER_CBID_NAMES: dict[int, str] = _cbid_names(cupti.DriverApiTraceCbid)
+RUNTIME_CBID_BY_NAME: dict[str, int] = {v: k for k, v in sorted(RUNTIME_CBID_NAMES.items(),
+                                                                  reverse=True)}
+"""Lowest cbid for each runtime API name (used by the fake to encode names)."""
+
+
+# --------------------------------------------------------------------------------------------
+# The walk
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layout:
+    """Kind -> decoded dtype, and kind -> stride for every kind that can be stepped over."""
+
+    dtypes: Mapping[int, np.dtype[Any]]
+    strides: npt.NDArray[np.int64]  # indexed by kind, 0 = unknown size
+
+    @classmethod
+    def build(cls, dtypes: Mapping[int, np.dtype[Any]] | None = None,
+              skip_sizes: Mapping[int, int] | None = None) -> Layout:
+        dts = dict(DEFAULT_LAYOUTS if dtypes is None else dtypes)
+        strides = np.zeros(MAX_KIND, dtype=np.int64)
+        for k, size in (SKIP_SIZES if skip_sizes is None else skip_sizes).items():
+            strides[k] = _stride(size)
+        for k, dt in dts.items():
+            strides[k] = _stride(dt.itemsize)
+        return cls(dts, strides)
+
+
+DEFAULT = Layout.build()
+
+
+@dataclasses.dataclass(slots=True)
+class Runs:
+    """Maximal runs of same-kind records: ``kind``, byte ``offset``, ``count``."""
+
+    kind: list[int]
+    offset: list[int]
+    count: list[int]
+    end_offset: int  # where the walk stopped (== valid size unless an unknown kind was met)
+    unknown_kind: int | None  # the kind value that stopped the walk, if any
+
+
+def walk(buf: bytes | memoryview | npt.NDArray[np.uint8], valid_size: int | None = None,
+         layout: Layout = DEFAULT) -> Runs:
+    """Find the runs of same-kind records in a buffer.
+
+    Per run, the kinds at the next 16, 32, 64, ... candidate record boundaries are read at
+    once with a strided numpy view, so a run of n records costs O(n) numpy work plus
+    O(log n) Python steps; a buffer of alternating kinds costs one Python step per record.
+    """
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    n = len(raw) if valid_size is None else min(int(valid_size), len(raw))
+    words = raw[: n - n % 4].view("<i4")
+    strides = layout.strides
+    runs = Runs([], [], [], 0, None)
+    off = 0
+    while off + 4 <= n:
+        kind = int(words[off >> 2])
+        stride = int(strides[kind]) if 0 <= kind < MAX_KIND else 0
+        if stride == 0:
+            runs.unknown_kind = kind
+            break
+        step = stride >> 2
+        max_count = (n - off) // stride
+        if max_count == 0:
+            break
+        count = 1
+        probe = 16
+        while count < max_count:
+            hi = min(count + probe, max_count)
+            ks = words[(off >> 2) + count * step: (off >> 2) + hi * step: step]
+            bad = np.flatnonzero(ks != kind)
+            if len(bad):
+                count += int(bad[0])
+                break
+            count = hi
+            probe *= 2
+        runs.kind.append(kind)
+        runs.offset.append(off)
+        runs.count.append(count)
+        off += count * stride
+    runs.end_offset = off
+    return runs
+
+
+def gather(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs, kinds: set[int],
+           layout: Layout = DEFAULT) -> dict[int, npt.NDArray[Any]]:
+    """Structured arrays of every record of the given kinds (runs of one kind concatenated)."""
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    parts: dict[int, list[npt.NDArray[Any]]] = {}
+    for kind, off, count in zip(runs.kind, runs.offset, runs.count, strict=True):
+        if kind not in kinds or kind not in layout.dtypes:
+            continue
+        dt = layout.dtypes[kind]
+        stride = int(layout.strides[kind])
+        if stride == dt.itemsize:
+            arr = np.frombuffer(raw, dtype=dt, count=count, offset=off)
+        else:  # stride padded beyond the struct: view rows then cast
+            rows = raw[off: off + count * stride].reshape(count, stride)[:, : dt.itemsize]
+            arr = np.ascontiguousarray(rows).view(dt).reshape(-1)
+        parts.setdefault(kind, []).append(arr)
+    return {k: (v[0] if len(v) == 1 else np.concatenate(v)) for k, v in parts.items()}
+
+
+def name_pointers(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs,
+                  layout: Layout = DEFAULT) -> npt.NDArray[np.int64]:
+    """Distinct non-null ``name`` pointers of kernel and marker records in a buffer."""
+    recs = gather(buf, runs, _NAMED_KINDS, layout)
+    ptrs = [r["name"] for r in recs.values() if len(r)]
+    if not ptrs:
+        return np.empty(0, dtype=np.int64)
+    u: npt.NDArray[np.int64] = np.unique(np.concatenate(ptrs).astype(np.int64))
+    nonzero: npt.NDArray[np.int64] = u[u != 0]
+    return nonzero
+
+
+_KERNEL_KINDS = {int(AK.KERNEL), int(AK.CONCURRENT_KERNEL)}
+_NAMED_KINDS = _KERNEL_KINDS | {int(AK.MARKER)}
+_API_KINDS = {int(AK.RUNTIME), int(AK.DRIVER)}
+
+
+# --------------------------------------------------------------------------------------------
+# Decode
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class DecodeStats:
+    """Counters a collector surfaces (all since the decoder was created)."""
+
+    buffers: int = 0
+    bytes: int = 0
+    records: dict[int, int] = dataclasses.field(default_factory=dict)  # by kind
+    skipped_records: int = 0  # known size, not decoded
+    undecodable_buffers: int = 0  # walk stopped at a kind of unknown size
+    undecodable_bytes: int = 0
+    unknown_kinds: dict[int, int] = dataclasses.field(default_factory=dict)
+    dropped_records: int = 0  # cuptiActivityGetNumDroppedRecords, as reported with buffers
+    dropped_buffers: int = 0  # whole buffers the agent dropped (slow socket)
+    overhead_records: int = 0
+    overhead_ns: dict[int, int] = dataclasses.field(default_factory=dict)  # by overhead kind
+    unresolved_names: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class Decoded:
+    """The batches decoded from one or more buffers (names interned in the decoder's table)."""
+
+    kernels: KernelBatch
+    copies: CopyBatch
+    memsets: MemsetBatch
+    apis: ApiBatch
+    syncs: ApiBatch  # SYNCHRONIZATION records (kind SYNC; name "sync:<type>")
+    markers: MarkerBatch
+
+
+class Decoder:
+    """Decodes buffers into batches, interning names into one :class:`StringTable`.
+
+    ``names`` resolves a record's name pointer; pointer -> name pairs shipped with buffers are
+    added with :meth:`add_names` and kept for the decoder's life.
+    """
+
+    def __init__(self, strings: StringTable | None = None, layout: Layout = DEFAULT,
+                 names: NameResolver | None = None) -> None:
+        self.strings = strings if strings is not None else StringTable()
+        self.layout = layout
+        self.stats = DecodeStats()
+        self._names: dict[int, str] = {}
+        self._resolver = names
+        self._ptr_ids: dict[int, int] = {}
+        self._open_markers: dict[int, tuple[int, int, int]] = {}  # id -> (start, tid, name_id)
+
+    def add_names(self, table: Mapping[int, str]) -> None:
+        self._names.update(table)
+
+    def _resolve(self, ptr: int) -> str | None:
+        name = self._names.get(ptr)
+        if name is None and self._resolver is not None:
+            r = self._resolver
+            name = r.get(ptr) if isinstance(r, Mapping) else r(ptr)
+        return name
+
+    def _name_ids(self, ptrs: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+        u, inv = np.unique(ptrs.astype(np.int64), return_inverse=True)
+        ids = np.empty(len(u), dtype=np.int32)
+        for i, p in enumerate(u.tolist()):  # one step per distinct name, not per record
+            nid = self._ptr_ids.get(p)
+            if nid is None:
+                name = self._resolve(p) if p else None
+                if name is None:
+                    if p:
+                        self.stats.unresolved_names += int(np.count_nonzero(inv == i))
+                    ids[i] = -1
+                    continue
+                nid = self.strings.intern(name)
+                self._ptr_ids[p] = nid
+            ids[i] = nid
+        return ids[inv.reshape(-1)]
+
+    def decode(self, buf: bytes | memoryview | npt.NDArray[np.uint8],
+               valid_size: int | None = None, *, dropped_records: int = 0) -> Decoded:
+        """Decode one buffer."""
+        st = self.stats
+        runs = walk(buf, valid_size, self.layout)
+        n = len(buf) if valid_size is None else int(valid_size)
+        st.buffers += 1
+        st.bytes += n
+        st.dropped_records += int(dropped_records)
+        if runs.unknown_kind is not None or runs.end_offset + 4 <= n:
+            st.undecodable_buffers += 1
+            st.undecodable_bytes += n - runs.end_offset
+            if runs.unknown_kind is not None:
+                uk = runs.unknown_kind
+                st.unknown_kinds[uk] = st.unknown_kinds.get(uk, 0) + 1
+        for kind, count in zip(runs.kind, runs.count, strict=True):
+            st.records[kind] = st.records.get(kind, 0) + count
+            if kind not in self.layout.dtypes:
+                st.skipped_records += count
+        recs = gather(buf, runs, set(self.layout.dtypes), self.layout)
+        return self._batches(recs)
+
+    def _batches(self, recs: dict[int, npt.NDArray[Any]]) -> Decoded:
+        st = self.stats
+        k = [recs[x] for x in (int(AK.CONCURRENT_KERNEL), int(AK.KERNEL)) if x in recs]
+        kernels = KernelBatch.empty()
+        if k:
+            r = k[0] if len(k) == 1 else np.concatenate(k)
+            kernels = KernelBatch.from_columns({
+                "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),
+                "device": r["device_id"], "stream": r["stream_id"],
+                "correlation": _corr(r["correlation_id"]), "name_id": self._name_ids(r["name"]),
+                "grid_x": r["grid_x"], "grid_y": r["grid_y"], "grid_z": r["grid_z"],
+                "block_x": r["block_x"], "block_y": r["block_y"], "block_z": r["block_z"],
+                "registers": r["registers_per_thread"],
+                "shared_mem_bytes": r["static_shared_memory"].astype(np.int64)
+                + r["dynamic_shared_memory"]})
+        copies = CopyBatch.empty()
+        if (rc := recs.get(int(AK.MEMCPY))) is not None:
+            r = rc
+            copies = CopyBatch.from_columns({
+                "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),
+                "device": r["device_id"], "stream": r["stream_id"],
+                "correlation": _corr(r["correlation_id"]),
+                "kind": COPY_KIND_LUT[r["copy_kind"]], "src_mem": MEM_KIND_LUT[r["src_kind"]],
+                "dst_mem": MEM_KIND_LUT[r["dst_kind"]], "bytes": r["bytes"].astype(np.int64)})
+        memsets = MemsetBatch.empty()
+        if (rm := recs.get(int(AK.MEMSET))) is not None:
+            r = rm
+            memsets = MemsetBatch.from_columns({
+                "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),
+                "device": r["device_id"], "stream": r["stream_id"],
+                "correlation": _corr(r["correlation_id"]),
+                "mem": MEM_KIND_LUT[r["memory_kind"]], "bytes": r["bytes"].astype(np.int64)})
+        apis = ApiBatch.concat(
+            self._apis(recs[x], names) for x, names in
+            ((int(AK.RUNTIME), RUNTIME_CBID_NAMES), (int(AK.DRIVER), DRIVER_CBID_NAMES))
+            if x in recs)
+        syncs = ApiBatch.empty()
+        if (rs := recs.get(int(AK.SYNCHRONIZATION))) is not None:
+            r = rs
+            syncs = self._syncs(r)
+        if (ro := recs.get(int(AK.OVERHEAD))) is not None:
+            r = ro
+            st.overhead_records += len(r)
+            dur = r["end"].astype(np.int64) - r["start"].astype(np.int64)
+            for ok in np.unique(r["overhead_kind"]).tolist():
+                tot = int(dur[r["overhead_kind"] == ok].sum())
+                st.overhead_ns[ok] = st.overhead_ns.get(ok, 0) + tot
+        markers = MarkerBatch.empty()
+        if (rk := recs.get(int(AK.MARKER))) is not None:
+            r = rk
+            markers = self._markers(r)
+        return Decoded(kernels, copies, memsets, apis, syncs, markers)
+
+    def _apis(self, r: npt.NDArray[Any], names: Mapping[int, str]) -> ApiBatch:
+        u, inv = np.unique(r["cbid"], return_inverse=True)
+        ids = np.empty(len(u), dtype=np.int32)
+        kinds = np.empty(len(u), dtype=np.uint8)
+        for i, cbid in enumerate(u.tolist()):  # one step per distinct call id
+            name = names.get(cbid, f"cbid_{cbid}")
+            ids[i] = self.strings.intern(name)
+            kinds[i] = classify_api(name)
+        inv = inv.reshape(-1)
+        return ApiBatch.from_columns({
+            "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),
+            "pid": r["process_id"], "tid": r["thread_id"],
+            "correlation": _corr(r["correlation_id"]), "name_id": ids[inv], "kind": kinds[inv]})
+
+    def _syncs(self, r: npt.NDArray[Any]) -> ApiBatch:
+        types = {int(m.value): m.name.lower() for m in cupti.ActivitySynchronizationType}
+        u, inv = np.unique(r["type"], return_inverse=True)
+        ids = np.array([self.strings.intern(f"sync:{types.get(t, t)}") for t in u.tolist()],
+                       dtype=np.int32)
+        return ApiBatch.from_columns({
+            "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),
+            "correlation": _corr(r["correlation_id"]), "name_id": ids[inv.reshape(-1)],
+            "kind": np.full(len(r), int(ApiKind.SYNC))})
+
+    def _markers(self, r: npt.NDArray[Any]) -> MarkerBatch:
+        """Pair START/END records by id into ranges; an unmatched START waits for a later
+        buffer; instantaneous marks become zero-length ranges."""
+        flags = r["flags_"]
+        ts = r["timestamp"].astype(np.int64)
+        tid = r["object_id"]["pt"]["thread_id"].astype(np.int64)
+        name_ids = self._name_ids(r["name"])
+        rows: list[tuple[int, int, int, int]] = []
+        for i in np.flatnonzero(flags & (MARKER_FLAG_START | MARKER_FLAG_END
+                                         | MARKER_FLAG_INSTANTANEOUS)).tolist():
+            f = int(flags[i])
+            mid = int(r["id"][i])
+            if f & MARKER_FLAG_START:
+                self._open_markers[mid] = (int(ts[i]), int(tid[i]), int(name_ids[i]))
+            elif f & MARKER_FLAG_END:
+                opened = self._open_markers.pop(mid, None)
+                if opened is not None:
+                    rows.append((opened[0], int(ts[i]), opened[1], opened[2]))
+            else:
+                rows.append((int(ts[i]), int(ts[i]), int(tid[i]), int(name_ids[i])))
+        if not rows:
+            return MarkerBatch.empty()
+        a = np.array(rows, dtype=np.int64)
+        return MarkerBatch.from_columns({
+            "start_ns": a[:, 0], "end_ns": a[:, 1], "tid": a[:, 2], "name_id": a[:, 3],
+            "device": np.full(len(a), -1), "kind": np.full(len(a), int(MarkerKind.NVTX))})
+
+
+def _corr(c: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """CUPTI correlation ids start at 1; 0 means none (-1 in the model)."""
+    out = c.astype(np.int64)
+    out[out == 0] = -1
+    return out
