@@ -41,7 +41,7 @@ from attribution.sim.power import (
     respond,
 )
 from attribution.sim.scenarios import SCENARIOS, STREAM2_CLASS, ScenarioSpec
-from attribution.sim.sensor import clocks, sense, setup
+from attribution.sim.sensor import SensorSetup, clocks, sense, setup
 from attribution.sim.truth import Truth
 from attribution.sim.workload import GAP_CAUSES, GAP_STALL, Timeline, build_timeline
 
@@ -113,7 +113,7 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     in_win = (t_grid >= tl.window_start_ns) & (t_grid < tl.window_end_ns)
     extras = float(tail[in_win].sum() * GRID_DT_NS * 1e-9)
     truth = _truth(spec, preset.key, seed, tl, p_idle=preset.active_idle_w, korder=korder,
-                   corder=corder, su=su, off=offset_ns, extras=extras, tr=trace)
+                   corder=corder, su=su, off=offset_ns, extras=extras)
     span = (int(tl.start_ns.min()), int(tl.end_ns.max()))
     cum = np.concatenate([[0.0], np.cumsum(tail) * (GRID_DT_NS * 1e-9)])
     tail_span_j = float(np.diff(np.interp((np.array(span) - g0) / GRID_DT_NS,
@@ -171,8 +171,9 @@ def _trace(spec: ScenarioSpec, tl: Timeline, off: int
     tr.apis = ApiBatch.from_columns({
         "start_ns": tl.api_start_ns + off, "end_ns": tl.api_end_ns + off,
         "pid": np.full(len(item), PID), "tid": PID + tl.api_tid_off.astype(np.int64),
-        "correlation": np.where(item >= 0, corr[np.clip(item, 0, None)], 900 + np.arange(
-            len(item)) * 0 - 1),
+        # sync calls get correlation ids of their own, after the items'
+        "correlation": np.where(item >= 0, corr[np.clip(item, 0, None)],
+                                1000 + n + np.cumsum(item < 0)),
         "name_id": api_ids[tl.api_kind],
         "kind": np.array([int(k) for k in _API_KINDS])[tl.api_kind]}).sorted_by()
     ns = len(tl.step_start_ns)
@@ -185,11 +186,8 @@ def _trace(spec: ScenarioSpec, tl: Timeline, off: int
 
 
 def _truth(spec: ScenarioSpec, gpu: str, seed: int, tl: Timeline, *, p_idle: float,
-           korder: np.ndarray, corder: np.ndarray, su: object, off: int, extras: float,
-           tr: Trace) -> Truth:
-    from attribution.sim.sensor import SensorSetup
-
-    assert isinstance(su, SensorSetup)
+           korder: np.ndarray, corder: np.ndarray, su: SensorSetup, off: int,
+           extras: float) -> Truth:
     dur_s = (tl.end_ns - tl.start_ns) * 1e-9
     dyn_j = tl.dp_w * dur_s
     # full-cost share of P_idle: a stream-2 item halves its host kernel's share while it runs
