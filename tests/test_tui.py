@@ -142,9 +142,8 @@ async def test_show_renders_ranked_kernels_and_header() -> None:
         assert "snap.json" in h and "H100" in h and "instant" in h
         assert "J/step" in h and "p95 61" in h and "p99 77" in h and "closure +1.0%" in h
         t = app.live.query_one("#kernels", DataTable)
-        note = t.get_cell("k:0:softmax_tiny", "note")
-        assert note.text == NOT_RESOLVABLE
-        assert t.get_cell("k:0:gemm_bf16_big", "note").text == ""
+        assert t.get_cell("k:0:softmax_tiny", "ci").text == NOT_RESOLVABLE
+        assert t.get_cell("k:0:gemm_bf16_big", "ci").text == "[150, 210]"  # 0.5/0.7 x 300 J
         other = app.live.query_one("#other", DataTable)
         assert [other.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)] == [
             "i:0:host_stall", "c:0:HtoD/pageable", "i:0:launch_gap"]

@@ -101,22 +101,23 @@ class PpwtopApp(App[None]):
 
     def _poll(self) -> None:
         was_connected = True
+        last_power_t = None
         while not self._stop.is_set():
             t0 = time.monotonic()
             if self._rendered.is_set() and not self.paused:
                 try:
                     snap = self.feed.next_snapshot()
                     connected = bool(self.feed.connected)
-                    power = self.feed.power_trace() if snap is not None else None
+                    power = self.feed.power_trace()
                 except Exception as e:
-                    snap, connected, power = None, False, None
+                    snap, connected, power = None, False, self.live._power
                     self.call_from_thread(self.notify, f"feed error: {e}", severity="error",
                                           markup=False)
-                if snap is not None or connected != was_connected:
+                power_t = int(power[0][-1]) if len(power[0]) else None
+                if snap is not None or connected != was_connected or power_t != last_power_t:
                     was_connected = connected
+                    last_power_t = power_t
                     self._rendered.clear()
-                    if power is None:
-                        power = self.live._power
                     self.post_message(SnapshotReady(snap, power, connected))
             self._stop.wait(max(0.0, POLL_PERIOD_S - (time.monotonic() - t0)))
 

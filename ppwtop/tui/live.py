@@ -29,6 +29,7 @@ from ppwtop.tui.widgets import (
     num_cell,
     pct_cell,
     selected_key,
+    short_name,
     sync_table,
 )
 
@@ -121,6 +122,7 @@ class LiveScreen(Screen[None]):
         super().__init__()
         self.snapshot: Snapshot | None = None
         self.rows: dict[str, Row] = {}
+        self._name_w = 40
         self._power: PowerTrace = (np.empty(0, np.int64), np.empty(0, np.float64))
 
     def compose(self) -> ComposeResult:
@@ -137,11 +139,11 @@ class LiveScreen(Screen[None]):
 
     def on_mount(self) -> None:
         k = self.query_one("#kernels", DataTable)
-        name_w = max(20, self.app.size.width - 79)
+        name_w = self._name_w = max(20, self.app.size.width - 66)
         for label, key, width in (("kernel", "name", name_w), ("energy J", "e", 8),
                                   ("share", "share", 6), ("avg W", "w", 5),
                                   ("time s", "t", 6), ("calls", "n", 6),
-                                  ("90% CI dyn J", "ci", 12), ("", "note", 16)):
+                                  ("90% CI dyn J", "ci", 16)):
             k.add_column(label, key=key, width=width)
         o = self.query_one("#other", DataTable)
         for label, key, width in (("class", "name", 18), ("J", "e", 6), ("share", "share", 6),
@@ -160,9 +162,9 @@ class LiveScreen(Screen[None]):
             self.snapshot = snap
         if len(power[0]):
             self._power = power
-        self.refresh_view()
+        self.refresh_view(tables=snap is not None)
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, tables: bool = True) -> None:
         if not self.is_mounted:
             return
         app: Any = self.app
@@ -175,7 +177,7 @@ class LiveScreen(Screen[None]):
         p = self._power[1][-GRAPH_POINTS:]
         self.query_one("#power", Sparkline).data = [float(x) for x in p]
         snap = self.snapshot
-        if snap is None:
+        if snap is None or not tables:
             return
         total = snap.totals.energy_j if snap.totals.energy_j > 0 else math.nan
         rows: dict[str, Row] = {}
@@ -189,11 +191,11 @@ class LiveScreen(Screen[None]):
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
-                name_cell(kr.name, 40, style), num_cell(kr.energy_j),
+                name_cell(short_name(kr.name), self._name_w, style), num_cell(kr.energy_j),
                 pct_cell(kr.energy_j / total), num_cell(kr.avg_power_w),
-                num_cell(kr.time_s), num_cell(kr.calls), ci_cell(kr.dynamic_energy_ci_j),
-                Cell(int(kr.resolvable), "" if kr.resolvable else NOT_RESOLVABLE,
-                     justify="left", style="yellow"),
+                num_cell(kr.time_s), num_cell(kr.calls),
+                ci_cell(kr.dynamic_energy_ci_j) if kr.resolvable
+                else Cell(-1.0, NOT_RESOLVABLE, justify="left", style="yellow"),
             ]))
         sync_table(self.query_one("#kernels", DataTable), krows, _KERNEL_SORT[sort_key],
                    reverse=sort_key != "name")

@@ -151,3 +151,38 @@ def selected_key(table: DataTable[Any]) -> str | None:
 def esc(text: str) -> str:
     """``text`` made literal inside Textual markup (C++ kernel names are full of ``[``)."""
     return text.replace("[", "\\[")
+
+
+def short_name(name: str, template_max: int = 16) -> str:
+    """A readable kernel name for a table cell: no ``void``, no ``(anonymous namespace)::``,
+    no trailing parameter list, long template argument lists folded to ``<…>``."""
+    s = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            ch = s[i]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    if i > 0:
+                        s = s[:i]
+                    break
+    out: list[str] = []
+    depth = 0
+    start = 0
+    for ch in s:
+        if ch == "<":
+            if depth == 0:
+                start = len(out)
+            depth += 1
+            out.append(ch)
+        elif ch == ">" and depth > 0:
+            depth -= 1
+            out.append(ch)
+            if depth == 0 and len(out) - start - 2 > template_max:
+                out[start:] = ["<", "…", ">"]
+        else:
+            out.append(ch)
+    return "".join(out).strip() or name

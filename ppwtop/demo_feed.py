@@ -1,0 +1,148 @@
+"""The demo feed: the built-in simulator replayed in wall-clock time, attributed live.
+
+``DemoFeed`` simulates a whole run once (``attribution.sim.simulate``), then on each call
+hands the records "seen so far" to the engine: records that completed inside the sliding
+horizon ``[now - horizon_s, now]`` of simulated time (CUPTI delivers records when they
+complete), power/energy/clock readings taken in it.  Slicing is ``searchsorted`` on batches
+sorted once up front, so a tick costs one attribution of at most ``horizon_s`` of data;
+attributions are spaced at least ``refresh_s`` of wall time apart, while the power trace
+(cheap) follows the replay clock at every call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from attribution.model import Columns, Trace
+from attribution.snapshot import Snapshot
+from ppwtop.errors import PpwtopError
+from ppwtop.tui.feed import PowerTrace
+
+_ITEM_BATCHES = ("kernels", "copies", "memsets", "apis", "markers")
+_SAMPLE_BATCHES = ("power", "energy", "clocks")
+GRAPH_S = 20.0  # power graph history
+HEAD_START_S = 2.0  # the replay starts this far into the run so the first tick has data
+
+
+def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
+    try:
+        from attribution.engine import attribute
+        from attribution.sim import simulate
+    except ImportError as e:  # pragma: no cover - both modules are in the repo
+        raise PpwtopError(f"the simulator or engine is not available: {e}") from None
+    return simulate, attribute
+
+
+class DemoFeed:
+    """A :class:`~ppwtop.tui.feed.SnapshotFeed` over a simulated run."""
+
+    def __init__(self, scenario: str = "demo", gpu: str = "h100", seconds: float = 60.0, *,
+                 seed: int = 0, horizon_s: float = 15.0, refresh_s: float = 0.5,
+                 speed: float = 1.0, n_boot: int = 100,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        simulate, self._attribute = _engine()
+        try:
+            res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
+        except (KeyError, ValueError) as e:
+            raise PpwtopError(str(e.args[0] if e.args else e)) from None
+        tr: Trace = res.trace
+        self.trace = tr
+        self.gpu = gpu
+        self.horizon_ns = int(horizon_s * 1e9)
+        self.refresh_s = refresh_s
+        self.speed = speed
+        self.n_boot = n_boot
+        self._clock = clock
+        self._label = f"demo ({scenario} on {gpu})"
+        self._sorted: dict[str, Columns] = {}
+        for name in _ITEM_BATCHES:
+            self._sorted[name] = getattr(tr, name).sorted_by("start_ns")
+        for name in _SAMPLE_BATCHES:
+            self._sorted[name] = getattr(tr, name).sorted_by("t_ns")
+        span = tr.gpu_span_ns()
+        self.start_ns, self.end_ns = span if span is not None else (0, 0)
+        pw = tr.power
+        # the graph shows each published reading once, of the field the engine uses first
+        keep = pw.fresh & (pw.device == (pw.device.min() if len(pw) else 0))
+        if len(pw) and keep.any():
+            fields = pw.field[keep]
+            keep &= pw.field == np.bincount(fields).argmax()
+        order = np.argsort(pw.t_ns[keep], kind="stable")
+        self._power_t_ns = pw.t_ns[keep][order]
+        self._power_w = pw.power_mw[keep][order] / 1000.0
+        self._wall0: float | None = None
+        self._last_attr_wall = -np.inf
+        self._last_sim_ns = -1
+        self.attributions = 0
+
+    # ------------------------------------------------------------------ clock
+
+    def sim_now_ns(self) -> int:
+        now = self._clock()
+        if self._wall0 is None:
+            self._wall0 = now
+        t = self.start_ns + int((HEAD_START_S + (now - self._wall0) * self.speed) * 1e9)
+        return min(t, self.end_ns)
+
+    # ------------------------------------------------------------------ slicing
+
+    def window(self, end_ns: int, horizon_ns: int | None = None) -> Trace:
+        """The records that completed in ``[end_ns - horizon, end_ns]`` (sim time)."""
+        lo = end_ns - (self.horizon_ns if horizon_ns is None else horizon_ns)
+        parts: dict[str, Any] = {}
+        for name in _ITEM_BATCHES:
+            b = self._sorted[name]
+            start: Any = getattr(b, "start_ns")  # noqa: B009
+            i0, i1 = np.searchsorted(start, [lo, end_ns], side="left")
+            sl = b.take(slice(int(i0), int(i1)))
+            done = getattr(sl, "end_ns") <= end_ns  # noqa: B009
+            parts[name] = sl if bool(done.all()) else sl.take(done)
+        for name in _SAMPLE_BATCHES:
+            b = self._sorted[name]
+            t_ns: Any = getattr(b, "t_ns")  # noqa: B009 - sample batches all have t_ns
+            i0, i1 = np.searchsorted(t_ns, [lo, end_ns], side="right")
+            parts[name] = b.take(slice(int(i0), int(i1)))
+        return Trace(strings=self.trace.strings, devices=list(self.trace.devices),
+                     meta=dict(self.trace.meta), **parts)
+
+    def snapshot_at(self, end_ns: int, horizon_ns: int | None = None,
+                    n_boot: int | None = None) -> Snapshot | None:
+        tr = self.window(end_ns, horizon_ns)
+        if not len(tr.kernels) and not len(tr.copies):
+            return None
+        self.attributions += 1
+        return self._attribute(tr, gpu=self.gpu, n_boot=n_boot or self.n_boot)
+
+    def final_snapshot(self, n_boot: int = 200) -> Snapshot | None:
+        """The whole run attributed at once (``--headless``)."""
+        return self.snapshot_at(self.end_ns, self.end_ns - self.start_ns + 1, n_boot)
+
+    # ------------------------------------------------------------------ SnapshotFeed
+
+    def next_snapshot(self) -> Snapshot | None:
+        now_wall = self._clock()
+        t = self.sim_now_ns()
+        if t == self._last_sim_ns or now_wall - self._last_attr_wall < self.refresh_s:
+            return None
+        self._last_attr_wall = now_wall
+        self._last_sim_ns = t
+        return self.snapshot_at(t)
+
+    def power_trace(self) -> PowerTrace:
+        t = self.sim_now_ns()
+        i1 = int(np.searchsorted(self._power_t_ns, t, side="right"))
+        i0 = int(np.searchsorted(self._power_t_ns, t - int(GRAPH_S * 1e9), side="left"))
+        return self._power_t_ns[i0:i1], self._power_w[i0:i1]
+
+    @property
+    def connected(self) -> bool:
+        """False once the replay reached the end of the simulated run."""
+        return self._wall0 is None or self.sim_now_ns() < self.end_ns
+
+    @property
+    def label(self) -> str:
+        return self._label
