@@ -19,6 +19,7 @@ All times come out as int64 ns since the Unix epoch.
 from __future__ import annotations
 
 import functools
+import gc
 import gzip
 import math
 import re
@@ -67,8 +68,16 @@ def read_document(path: str | Path) -> dict[str, Any]:
 
 def load_kineto(path: str | Path) -> Trace:
     """Read a Kineto/Chrome trace; raise InputError for files ppwtop cannot use."""
-    doc = read_document(path)
-    return trace_from_document(doc, path)
+    # The document is millions of small dicts that are never cyclic garbage: the cyclic GC
+    # would rescan them again and again while they are built and walked (≈2x the decode time).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc = read_document(path)
+        return trace_from_document(doc, path)
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:

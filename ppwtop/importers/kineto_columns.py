@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,7 @@ def group_by_cat(events: Sequence[Any]) -> dict[str, list[Event]]:
     return groups
 
 
-def us_to_ns(ts_us: Sequence[float | int], base_ns: int) -> I64:
+def us_to_ns(ts_us: Sequence[float | int] | npt.NDArray[np.float64], base_ns: int) -> I64:
     """Float/int µs → int64 ns, rounded to the nearest ns (not truncated).
 
     The integer µs part and the fraction are converted separately, so values around 1.7e15 µs
@@ -85,7 +86,7 @@ def us_to_ns(ts_us: Sequence[float | int], base_ns: int) -> I64:
     return whole.astype(np.int64) * 1000 + frac_ns + np.int64(base_ns)
 
 
-def dur_to_ns(dur_us: Sequence[float | int]) -> I64:
+def dur_to_ns(dur_us: Sequence[float | int] | npt.NDArray[np.float64]) -> I64:
     d = np.rint(np.asarray(dur_us, dtype=np.float64) * 1000.0).astype(np.int64)
     return np.maximum(d, 0)
 
@@ -176,26 +177,109 @@ def tolerant(
 # --------------------------------------------------------------------------------------------
 
 
+def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...] = (),
+            dims: tuple[str, ...] = ()) -> tuple[npt.NDArray[np.float64], list[str]]:
+    """One pass over the events: an (n, w) float64 matrix and the names.
+
+    Columns: ts, dur, then ``top`` keys of the event, then ``arg_keys`` of ``args``, then the
+    three components of every ``dims`` key of ``args`` ([x, y, z]).  Every value is a JSON
+    number below 2**53 (times, ids, sizes), so float64 holds it exactly.  Each event dict is
+    touched once (the dicts are scattered in memory: one pass per column would be several
+    cache misses per event per column).  When a key is missing or a value is not a number the
+    slow per-column path fills the gap with -1 (a missing ``ts`` raises KeyError).
+    """
+    n = len(ev)
+    width = 2 + len(top) + len(arg_keys) + 3 * len(dims)
+    flat: list[Any] = []
+    names: list[str] = []
+    ext = flat.extend
+    app = names.append
+    g_top = itemgetter("ts", "dur", *top)
+    g_arg = itemgetter(*arg_keys, *dims) if arg_keys or dims else None
+    n_keys = len(arg_keys)
+    try:
+        if g_arg is None:
+            for e in ev:
+                ext(g_top(e))
+                app(e["name"])
+        elif not dims:
+            for e in ev:
+                ext(g_top(e))
+                v = g_arg(e["args"])
+                ext(v if n_keys > 1 else (v,))
+                app(e["name"])
+        else:
+            for e in ev:
+                ext(g_top(e))
+                v = g_arg(e["args"])
+                ext(v[:n_keys])
+                for d in v[n_keys:]:
+                    ext(d)
+                app(e["name"])
+        arr = np.asarray(flat, dtype=np.float64)
+        if arr.size != n * width or np.isnan(arr).any():  # ragged, or a JSON null
+            raise ValueError("ragged")
+        return arr.reshape(n, width), names
+    except (KeyError, TypeError, ValueError, OverflowError, IndexError):
+        return _extract_slow(ev, top, arg_keys, dims), [str(e["name"]) for e in ev]
+
+
+def _extract_slow(ev: list[Event], top: tuple[str, ...], arg_keys: tuple[str, ...],
+                  dims: tuple[str, ...]) -> npt.NDArray[np.float64]:
+    out = np.empty((len(ev), 2 + len(top) + len(arg_keys) + 3 * len(dims)), dtype=np.float64)
+    out[:, 0] = np.asarray([e["ts"] for e in ev], dtype=np.float64)
+    out[:, 1] = np.asarray([e.get("dur", 0) for e in ev], dtype=np.float64)
+    if not np.isfinite(out[:, :2]).all():
+        raise ValueError("null ts or dur")
+    j = 2
+    for k in top:
+        out[:, j] = int_column([e.get(k, UNKNOWN) for e in ev])
+        j += 1
+    args: list[dict[str, Any]] = [_args_of(e) for e in ev]
+    for k in arg_keys:
+        out[:, j] = int_column([a.get(k, UNKNOWN) for a in args])
+        j += 1
+    for d in dims:
+        out[:, j:j + 3] = _dims([a.get(d, _NO_DIM) for a in args])
+        j += 3
+    return out
+
+
+def _args_of(e: Event) -> dict[str, Any]:
+    a = e.get("args")
+    return a if isinstance(a, dict) else {}
+
+
+def _times(m: npt.NDArray[np.float64], base_ns: int) -> tuple[I64, I64]:
+    start = us_to_ns(m[:, 0], base_ns)
+    return start, start + dur_to_ns(m[:, 1])
+
+
+def _ints(m: npt.NDArray[np.float64], j: int) -> I64:
+    return m[:, j].astype(np.int64)
+
+
+_KERNEL_ARGS = ("device", "stream", "correlation", "registers per thread", "shared memory")
+
+
 def kernels(ev: list[Event], strings: StringTable, base_ns: int) -> KernelBatch:
     if not ev:
         return KernelBatch.empty()
-    start = us_to_ns([e["ts"] for e in ev], base_ns)
-    end = start + dur_to_ns([e["dur"] for e in ev])
-    args = [e["args"] for e in ev]
+    m, names = extract(ev, (), _KERNEL_ARGS, ("grid", "block"))
+    start, end = _times(m, base_ns)
     intern = strings.intern
-    grid = _dims([a.get("grid", _NO_DIM) for a in args])
-    block = _dims([a.get("block", _NO_DIM) for a in args])
+    v = m[:, 2:].astype(np.int64)
     return KernelBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
-        "device": int_column([a.get("device", UNKNOWN) for a in args]),
-        "stream": int_column([a.get("stream", UNKNOWN) for a in args]),
-        "correlation": int_column([a.get("correlation", UNKNOWN) for a in args]),
-        "name_id": np.asarray([intern(e["name"]) for e in ev], dtype=np.int32),
-        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
-        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-        "registers": int_column([a.get("registers per thread", UNKNOWN) for a in args]),
-        "shared_mem_bytes": int_column([a.get("shared memory", UNKNOWN) for a in args]),
+        "device": v[:, 0],
+        "stream": v[:, 1],
+        "correlation": v[:, 2],
+        "name_id": np.asarray([intern(x) for x in names], dtype=np.int32),
+        "grid_x": v[:, 5], "grid_y": v[:, 6], "grid_z": v[:, 7],
+        "block_x": v[:, 8], "block_y": v[:, 9], "block_z": v[:, 10],
+        "registers": v[:, 3],
+        "shared_mem_bytes": v[:, 4],
     }).sorted_by()
 
 
@@ -238,39 +322,39 @@ def _lookup(names: list[str], classify: Callable[[str], Any]) -> list[Any]:
     return out
 
 
+_GPU_ARGS = ("device", "stream", "correlation", "bytes")
+
+
 def copies(ev: list[Event], strings: StringTable, base_ns: int) -> CopyBatch:
     if not ev:
         return CopyBatch.empty()
-    start = us_to_ns([e["ts"] for e in ev], base_ns)
-    end = start + dur_to_ns([e["dur"] for e in ev])
-    args = [e["args"] for e in ev]
-    kinds = np.asarray(_lookup([e["name"] for e in ev], copy_kind_of), dtype=np.uint8)
-    kinds = kinds.reshape(-1, 3)
+    m, names = extract(ev, (), _GPU_ARGS)
+    start, end = _times(m, base_ns)
+    kinds = np.asarray(_lookup(names, copy_kind_of), dtype=np.uint8).reshape(-1, 3)
     return CopyBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
-        "device": int_column([a.get("device", UNKNOWN) for a in args]),
-        "stream": int_column([a.get("stream", UNKNOWN) for a in args]),
-        "correlation": int_column([a.get("correlation", UNKNOWN) for a in args]),
+        "device": _ints(m, 2),
+        "stream": _ints(m, 3),
+        "correlation": _ints(m, 4),
         "kind": kinds[:, 0], "src_mem": kinds[:, 1], "dst_mem": kinds[:, 2],
-        "bytes": int_column([a.get("bytes", UNKNOWN) for a in args]),
+        "bytes": _ints(m, 5),
     }).sorted_by()
 
 
 def memsets(ev: list[Event], strings: StringTable, base_ns: int) -> MemsetBatch:
     if not ev:
         return MemsetBatch.empty()
-    start = us_to_ns([e["ts"] for e in ev], base_ns)
-    end = start + dur_to_ns([e["dur"] for e in ev])
-    args = [e["args"] for e in ev]
+    m, names = extract(ev, (), _GPU_ARGS)
+    start, end = _times(m, base_ns)
     return MemsetBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
-        "device": int_column([a.get("device", UNKNOWN) for a in args]),
-        "stream": int_column([a.get("stream", UNKNOWN) for a in args]),
-        "correlation": int_column([a.get("correlation", UNKNOWN) for a in args]),
-        "mem": np.asarray(_lookup([e["name"] for e in ev], memset_mem_of), dtype=np.uint8),
-        "bytes": int_column([a.get("bytes", UNKNOWN) for a in args]),
+        "device": _ints(m, 2),
+        "stream": _ints(m, 3),
+        "correlation": _ints(m, 4),
+        "mem": np.asarray(_lookup(names, memset_mem_of), dtype=np.uint8),
+        "bytes": _ints(m, 5),
     }).sorted_by()
 
 
@@ -302,44 +386,48 @@ def api_kind_of(name: str) -> ApiKind:
 def apis(ev: list[Event], strings: StringTable, base_ns: int) -> ApiBatch:
     if not ev:
         return ApiBatch.empty()
-    start = us_to_ns([e["ts"] for e in ev], base_ns)
-    end = start + dur_to_ns([e["dur"] for e in ev])
-    names = [e["name"] for e in ev]
+    m, names = extract(ev, ("pid", "tid"), ("correlation",))
+    start, end = _times(m, base_ns)
     intern = strings.intern
     return ApiBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
-        "pid": int_column([e.get("pid", UNKNOWN) for e in ev]),
-        "tid": int_column([e.get("tid", UNKNOWN) for e in ev]),
-        "correlation": int_column([e["args"].get("correlation", UNKNOWN) for e in ev]),
-        "name_id": np.asarray([intern(n) for n in names], dtype=np.int32),
+        "pid": _ints(m, 2),
+        "tid": _ints(m, 3),
+        "correlation": _ints(m, 4),
+        "name_id": np.asarray([intern(x) for x in names], dtype=np.int32),
         "kind": np.asarray(_lookup(names, api_kind_of), dtype=np.uint8),
     }).sorted_by()
 
 
 def markers(ev: list[Event], strings: StringTable, base_ns: int, kind: MarkerKind,
             on_gpu: bool) -> MarkerBatch:
-    """Named ranges; a host range named ProfilerStep#N becomes a PROFILER_STEP marker."""
+    """Named ranges; a host range named ProfilerStep#N becomes a PROFILER_STEP marker.
+
+    A GPU range's device is ``args.device`` when given, else the event's ``pid`` (Kineto
+    writes GPU rows under pid = device index).
+    """
     if not ev:
         return MarkerBatch.empty()
-    start = us_to_ns([e["ts"] for e in ev], base_ns)
-    end = start + dur_to_ns([e["dur"] for e in ev])
-    names = [e["name"] for e in ev]
+    m, names = extract(ev, ("pid", "tid"))
+    start, end = _times(m, base_ns)
     intern = strings.intern
     if on_gpu:
-        device = int_column([e["args"].get("device", e.get("pid", UNKNOWN)) for e in ev])
+        pid = _ints(m, 2)
+        dev = int_column([e.get("args", {}).get("device", UNKNOWN) for e in ev])
+        device = np.where(dev >= 0, dev, pid)
         kinds = np.full(len(ev), kind, dtype=np.uint8)
     else:
         device = np.full(len(ev), UNKNOWN, dtype=np.int64)
-        step = np.fromiter((n.startswith(PROFILER_STEP_PREFIX) for n in names), dtype=bool,
+        step = np.fromiter((x.startswith(PROFILER_STEP_PREFIX) for x in names), dtype=bool,
                            count=len(names))
         kinds = np.where(step, np.uint8(MarkerKind.PROFILER_STEP), np.uint8(kind))
     return MarkerBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
         "device": device,
-        "tid": int_column([e.get("tid", UNKNOWN) for e in ev]),
-        "name_id": np.asarray([intern(n) for n in names], dtype=np.int32),
+        "tid": _ints(m, 3),
+        "name_id": np.asarray([intern(x) for x in names], dtype=np.int32),
         "kind": kinds,
     }).sorted_by()
 
@@ -347,4 +435,7 @@ def markers(ev: list[Event], strings: StringTable, base_ns: int, kind: MarkerKin
 def step_ops(ev: list[Event]) -> list[Event]:
     """The cpu_op/Operator events that are ProfilerStep#N ranges."""
     p = PROFILER_STEP_PREFIX
-    return [e for e in ev if isinstance(e.get("name"), str) and e["name"].startswith(p)]
+    try:
+        return [e for e in ev if e["name"].startswith(p)]
+    except (KeyError, AttributeError, TypeError):
+        return [e for e in ev if isinstance(e.get("name"), str) and e["name"].startswith(p)]
