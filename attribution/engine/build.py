@@ -34,7 +34,13 @@ MIN_EXPOSURE = 3.0
 MAX_REL_HALF_WIDTH = 0.5
 COLLINEAR = 0.95
 N_BOOT = 200
+LONG_WINDOW_MS = 500.0
+"""Sensors averaging this long (the 1 s ``average`` field) only support totals."""
+Z90 = 1.645
+GAIN_SIGMA = 0.03
+"""Board gain spread assumed for an unknown GPU (presets carry their own)."""
 BLOCK_S = 1.0
+"""Bootstrap blocks span max(1 s, 3 W) of readings (readings closer are correlated)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +116,18 @@ def _device_name(trace: Trace, device: int) -> str:
     return ""
 
 
+def _with_gain(ci: F64, est: F64, gain_sigma: float) -> F64:
+    """Widen bootstrap intervals by the board's gain uncertainty (not correctable, so it
+    belongs in the interval): relative half-widths add in quadrature."""
+    g = Z90 * gain_sigma
+    lo_rel = np.divide(est - ci[:, 0], est, out=np.zeros_like(est), where=est > 0)
+    hi_rel = np.divide(ci[:, 1] - est, est, out=np.zeros_like(est), where=est > 0)
+    lo = est * (1.0 - np.sqrt(np.clip(lo_rel, 0, None) ** 2 + g * g))
+    hi = est * (1.0 + np.sqrt(np.clip(hi_rel, 0, None) ** 2 + g * g))
+    return np.column_stack([np.minimum(np.clip(lo, 0.0, None), ci[:, 0]),
+                            np.maximum(hi, ci[:, 1])])
+
+
 def _groups(items: Items, n_cls: int) -> tuple[I32, int]:
     """Busiest MAX_GROUPS classes get their own group, the rest share the last one."""
     t = np.bincount(items.cls, weights=items.duration_ns.astype(np.float64), minlength=n_cls)
@@ -180,7 +198,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         lag = fit_lag(busy, t_k, y, window_ms, regress.quick_rss)
         x = window_fractions(busy, t_k, window_ms, lag)
         f = regress.fit(x, y, prior)
-        block = max(1, round(BLOCK_S * 1e3 / max(period_ms, 1e-3)))
+        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(x, y, prior, n_boot=n_boot, block=block)
         p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
         exposure = x.sum(axis=0)
@@ -203,6 +221,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     class_dyn = class_dp * class_time
     boot_dyn = dp_boot[:, group] * class_time[None, :] if n_cls else np.zeros((1, 0))
     ci = np.percentile(boot_dyn, [5.0, 95.0], axis=0).T if n_cls else np.zeros((0, 2))
+    ci = _with_gain(ci, class_dyn, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     clusters = _clusters(x, exposure) if has_power else []
     cluster_of: dict[int, int] = {}
     for ci_idx, comp in enumerate(clusters):
@@ -214,6 +233,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         half = (ci[c, 1] - ci[c, 0]) / 2.0
         if not has_power:
             r, w, cl = False, "no power readings", None
+        elif window_ms >= LONG_WINDOW_MS:
+            r, cl = False, None
+            w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif preset is not None and preset.consumer_boost:
+            r, w, cl = False, "consumer-card boost ramp and tail are not modelled yet", None
         elif n_cls > MAX_GROUPS and g == MAX_GROUPS:
             r, w, cl = False, "pooled with other rarely-run classes", None
         elif g in cluster_of:
@@ -221,7 +245,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             cl = f"cluster{cluster_of[g]}"
         elif exposure[g] < MIN_EXPOSURE:
             r, w, cl = False, f"too little exposure ({exposure[g]:.1f} reading-equivalents)", None
-        elif half > MAX_REL_HALF_WIDTH * max(class_dyn[c], 1e-9):
+        elif class_dyn[c] <= 0:
+            r, w, cl = False, "estimate sits at the zero bound", None
+        elif half > MAX_REL_HALF_WIDTH * class_dyn[c]:
             r, w, cl = False, "90% interval wider than ±50%", None
         else:
             r, w, cl = True, "", None

@@ -5,8 +5,8 @@ time inside reading k's sensor window divided by the window length.  All unknown
 non-negative (``scipy.optimize.nnls`` on an augmented system).  Two weak priors keep
 under-determined classes sane: each ``ΔP_g`` is pulled toward the pooled ``ΔP`` of all busy
 time with the weight of ``PRIOR_READINGS`` readings fully occupied by g, and ``P_idle``
-toward the preset's active-idle power (when known) with the weight of ``PRIOR_READINGS``
-idle readings.  Also owns the moving-block bootstrap over readings.
+toward the preset's active-idle power (when known) with the weight of
+``IDLE_PRIOR_READINGS`` idle readings.  Also owns the moving-block bootstrap over readings.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from scipy.optimize import nnls
 
 from attribution.model import F64, I64
 
-PRIOR_READINGS = 0.5
+PRIOR_READINGS = 0.02
+"""Weight of the ΔP prior, in readings fully occupied by the class (Σ x² units)."""
+IDLE_PRIOR_READINGS = 0.5
+"""Weight of the P_idle prior, in idle readings."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,8 +53,9 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *, pooled: float | None = 
     rows.append(np.column_stack([np.zeros(g), w * np.eye(g)]))
     rhs.append(np.full(g, w * pooled))
     if p_idle_prior_w is not None:
-        rows.append(np.r_[w, np.zeros(g)][None, :])
-        rhs.append(np.array([w * p_idle_prior_w]))
+        wi = np.sqrt(IDLE_PRIOR_READINGS)
+        rows.append(np.r_[wi, np.zeros(g)][None, :])
+        rhs.append(np.array([wi * p_idle_prior_w]))
     a_mat = np.vstack(rows)
     b = np.concatenate(rhs)
     scale = np.maximum(np.sqrt((a_mat ** 2).sum(axis=0)), 1e-12)

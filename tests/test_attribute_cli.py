@@ -1,0 +1,105 @@
+"""``ppwtop attribute`` end to end on simulator output (Kineto trace + nvidia-smi CSV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ppwtop.cli.main import main
+from ppwtop.snapshot_io import read_snapshot
+
+REQUIRED = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
+            "inefficiencies"}
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("sim")
+    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "8",
+                 "--out", str(d)]) == 0
+    return d
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ppwtop: error:"), err
+    return err[0]
+
+
+def test_end_to_end_snapshot(sim_dir: Path, tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "snap.json"
+    rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+               str(sim_dir / "power.csv"), "--power-tz", "UTC", "--owners", "owners.toml",
+               "-o", str(out)])
+    assert rc == 0
+    line = capsys.readouterr().out.strip().splitlines()
+    assert len(line) == 1 and "J over" in line[0]
+    d = orjson.loads(out.read_bytes())
+    assert set(d) >= REQUIRED and d["schema"] == "ppwtop.snapshot/1"
+    snap = read_snapshot(out)
+    t = snap.totals
+    parts = (sum(k.energy_j for k in snap.kernels) + sum(c.energy_j for c in snap.copies)
+             + sum(i.energy_j for i in snap.idle))
+    assert t.energy_j > 0 and parts == pytest.approx(t.energy_j, rel=1e-3)
+    assert snap.gpus[0].model == "a100" and snap.gpus[0].sensor.field in ("instant", "draw")
+    assert snap.meta["owners"] == "owners.toml"
+    # the simulator's truth: attributed total within the ±5 % board gain of the true total
+    truth = orjson.loads((sim_dir / "truth.json").read_bytes())
+    assert t.energy_j == pytest.approx(truth["total_energy_j"], rel=0.07)
+    assert snap.steps is not None and snap.steps.count > 0
+    assert {i.cause for i in snap.idle} == {"launch_gap", "sync_wait", "host_stall", "other"}
+
+
+def test_time_zone_mixup_is_shifted_with_a_warning(sim_dir: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "snap.json"
+    # the CSV was written in UTC; reading it as +05:30 puts it 5.5 h early
+    rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+               str(sim_dir / "power.csv"), "--power-tz", "+05:30", "-o", str(out)])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "shifted by +5.50 h" in err
+    snap = read_snapshot(out)
+    assert any("shifted" in w for w in snap.warnings)
+    assert snap.totals.energy_j > 0
+
+
+def test_power_log_that_never_overlaps_is_an_input_error(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "old.csv"
+    text = (sim_dir / "power.csv").read_text()
+    date = text.splitlines()[1].split(",")[0].split()[0]
+    csv.write_text(text.replace(date, "2025/06/01"))
+    rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power", str(csv),
+               "--power-tz", "UTC", "-o", str(tmp_path / "s.json")])
+    assert rc == 2
+    assert "old.csv" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("which", ["missing", "csv_as_trace", "bad_gpu"])
+def test_bad_inputs_exit_2_with_one_line(which: str, sim_dir: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    trace = {"missing": str(tmp_path / "nope.json"), "csv_as_trace": str(sim_dir / "power.csv"),
+             "bad_gpu": str(sim_dir / "trace.json.gz")}[which]
+    argv = ["attribute", "--trace", trace, "-o", str(tmp_path / "s.json")]
+    if which == "bad_gpu":
+        argv += ["--gpu", "tpu9000"]
+    assert main(argv) == 2
+    line = _one_error_line(capsys)
+    assert {"missing": "no such file", "csv_as_trace": "not a trace",
+            "bad_gpu": "tpu9000"}[which] in line
+
+
+def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
+    from ppwtop.errors import InputError
+
+    p = tmp_path / "x.json"
+    p.write_bytes(b'{"schema": "something/else"}')
+    with pytest.raises(InputError, match=r"x\.json"):
+        read_snapshot(p)
+    p.write_bytes(b"not json")
+    with pytest.raises(InputError, match="not JSON"):
+        read_snapshot(p)

@@ -1,0 +1,241 @@
+"""The engine on hand-made traces with known power, and on the simulator.
+
+Hand-made: kernels of two names and one copy kind on a random timeline; the board draws
+``P_idle + Σ ΔP_c`` over running items, and an A100-like sensor (25 ms boxcar every 100 ms,
+lag 2 ms) is computed here on a 20 µs grid, independently of the engine's own arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attribution.engine import attribute, attribute_arrays
+from attribution.engine.split import time_split
+from attribution.model import (
+    CopyBatch,
+    CopyKind,
+    DeviceInfo,
+    EnergyBatch,
+    KernelBatch,
+    MarkerBatch,
+    MarkerKind,
+    MemKind,
+    PowerBatch,
+    PowerField,
+    StringTable,
+    Trace,
+)
+from attribution.precision import precision_of
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000
+P_IDLE, DP = 60.0, {"gemm_bf16": 200.0, "elementwise_f32": 100.0}
+DP_COPY = 30.0
+LAG_MS, W_MS, T_MS = 2.0, 25.0, 100.0
+GRID_NS = 20_000
+
+
+def _b(cols: dict[str, object], n: int) -> dict[str, np.ndarray]:
+    """Broadcast scalar columns to n rows."""
+    return {k: np.broadcast_to(np.asarray(v), (n,)).copy() for k, v in cols.items()}
+
+
+def _timeline(rng: np.random.Generator, seconds: float) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+    """Back-to-back items with random durations, classes and gaps (some long)."""
+    n = int(seconds * 400)
+    dur = rng.uniform(0.2, 4.0, n) * MS
+    gap = np.where(rng.random(n) < 0.1, rng.uniform(1, 30, n) * MS, rng.uniform(0, 0.2, n) * MS)
+    cls = rng.integers(0, 3, n)  # 0, 1 kernels, 2 copy
+    start = np.cumsum(gap + dur) - dur
+    return start.astype(np.int64), (start + dur).astype(np.int64), cls
+
+
+def hand_trace(seed: int = 0, seconds: float = 30.0, power: bool = True) -> Trace:
+    rng = np.random.default_rng(seed)
+    s, e, cls = _timeline(rng, seconds)
+    s, e = s + T0 + 50 * MS, e + T0 + 50 * MS
+    strings = StringTable(list(DP))
+    k = cls < 2
+    kernels = KernelBatch.from_columns(_b({"start_ns": s[k], "end_ns": e[k], "device": 0,
+                                        "name_id": cls[k], "correlation": -1}, int(k.sum())))
+    c = ~k
+    copies = CopyBatch.from_columns(_b({
+        "start_ns": s[c], "end_ns": e[c], "device": 0, "kind": int(CopyKind.HTOD),
+        "src_mem": int(MemKind.PINNED), "dst_mem": int(MemKind.DEVICE), "bytes": 1 << 20},
+        int(c.sum())))
+    end = int(e.max()) + 50 * MS
+    markers = MarkerBatch.from_columns({"start_ns": [T0], "end_ns": [end], "device": [-1],
+                                        "name_id": [0], "kind": [int(MarkerKind.USER_ANNOTATION)]})
+    tr = Trace(strings=strings, kernels=kernels, copies=copies, markers=markers,
+               devices=[DeviceInfo(0, "NVIDIA A100-SXM4-80GB")])
+    if power:
+        grid = np.arange(T0 - 200 * MS, end + 200 * MS, GRID_NS)
+        p = np.full(len(grid), P_IDLE)
+        dps = np.array([DP["gemm_bf16"], DP["elementwise_f32"], DP_COPY])
+        for ci in range(3):  # exact overlap of each grid bin with each item
+            m = cls == ci
+            cov = np.zeros(len(grid))
+            i0 = np.searchsorted(grid, s[m], "right") - 1
+            i1 = np.searchsorted(grid, e[m], "right") - 1
+            np.add.at(cov, i0, -(s[m] - grid[i0]) / GRID_NS)
+            np.add.at(cov, i1, (e[m] - grid[i1]) / GRID_NS)
+            occ = np.cumsum(np.r_[0, np.bincount(i0, minlength=len(grid))[:-1]]
+                            - np.r_[0, np.bincount(i1, minlength=len(grid))[:-1]]) + cov
+            p += dps[ci] * occ
+        cum = np.r_[0.0, np.cumsum(p)] * GRID_NS
+        t_pub = np.arange(T0 + 7 * MS, end, int(T_MS * MS))
+        hi = t_pub - int(LAG_MS * MS)
+        lo = hi - int(W_MS * MS)
+        mean_w = (np.interp(hi, grid, cum[:-1]) - np.interp(lo, grid, cum[:-1])) / (W_MS * MS)
+        tr.power = PowerBatch.from_columns(_b({
+            "t_ns": t_pub, "power_mw": np.rint(mean_w * 1e3), "device": 0,
+            "field": int(PowerField.INSTANT), "fresh": True}, len(t_pub)))
+        et = np.arange(T0 - 100 * MS, end + 200 * MS, 50 * MS)
+        tr.energy = EnergyBatch.from_columns(_b({
+            "t_ns": et, "energy_mj": np.rint(np.interp(et, grid, cum[:-1]) / 1e6 + 1e6),
+            "device": 0}, len(et)))
+    return tr
+
+
+def _true_dynamic(tr: Trace) -> dict[str, float]:
+    k = tr.kernels
+    dur = (k.end_ns - k.start_ns) * 1e-9
+    out = {n: float(dur[k.name_id == i].sum()) * DP[n] for i, n in enumerate(DP)}
+    c = tr.copies
+    out["copy"] = float(((c.end_ns - c.start_ns) * 1e-9).sum()) * DP_COPY
+    return out
+
+
+@pytest.fixture(scope="module")
+def hand() -> Trace:
+    return hand_trace()
+
+
+def test_recovers_power_and_lag_on_exact_sensor(hand: Trace) -> None:
+    snap = attribute(hand, n_boot=40)
+    truth = _true_dynamic(hand)
+    rows = {k.name: k for k in snap.kernels}
+    for name in DP:
+        assert rows[name].dynamic_energy_j == pytest.approx(truth[name], rel=0.02)
+        lo, hi = rows[name].dynamic_energy_ci_j
+        assert lo <= truth[name] <= hi
+        assert rows[name].resolvable
+    (copy,) = snap.copies
+    assert (copy.kind, copy.memory) == ("HtoD", "pinned")
+    assert copy.dynamic_energy_j == pytest.approx(truth["copy"], rel=0.05)
+    assert snap.totals.active_idle_w == pytest.approx(P_IDLE, rel=0.01)
+    assert snap.gpus[0].sensor.lag_ms == pytest.approx(LAG_MS, abs=0.5)
+    assert (snap.gpus[0].model, snap.gpus[0].sensor.window_ms) == ("a100", 25.0)
+    # the energy counter integrates the same board power: closure within 1 %
+    assert abs(snap.totals.closure_error) < 0.01
+
+
+def test_conventions_sum_and_non_negative(hand: Trace) -> None:
+    snap = attribute(hand, n_boot=5)
+    t = snap.totals
+    parts = sum(k.energy_j for k in snap.kernels) + sum(c.energy_j for c in snap.copies)
+    parts += sum(i.energy_j for i in snap.idle)
+    assert parts == pytest.approx(t.energy_j, rel=1e-3)
+    # total = P_idle × window + Σ dynamic
+    dyn = sum(k.dynamic_energy_j for k in snap.kernels) + sum(c.dynamic_energy_j
+                                                             for c in snap.copies)
+    assert t.energy_j == pytest.approx(t.active_idle_w * snap.window.duration_s + dyn, rel=1e-3)
+    for row in (*snap.kernels, *snap.copies):
+        assert row.energy_j >= row.dynamic_energy_j >= 0
+    assert all(i.energy_j >= 0 for i in snap.idle)
+    for k in snap.kernels:
+        assert k.avg_power_w == pytest.approx(k.energy_j / k.time_s)
+
+
+def test_regression_beats_the_naive_time_split(hand: Trace) -> None:
+    arrays = attribute_arrays(hand, n_boot=5)
+    r = arrays.devices[0]
+    truth = _true_dynamic(hand)
+    t = hand.power.t_ns
+    lag, w = r.sensor.lag_ms, r.sensor.window_ms
+    b = r.busy(np.concatenate([t - int((lag + w) * MS), t - int(lag * MS)]))
+    x = (b[len(t):] - b[:len(t)]) / (w * 1e-3)
+    naive = time_split(x, hand.power.power_mw / 1e3, r.p_idle_w, T_MS * 1e-3)
+    gi = {lab: int(r.class_group[i]) for i, lab in enumerate(r.items.labels)}
+    err_naive = abs(naive[gi["kernel:gemm_bf16"]] / truth["gemm_bf16"] - 1)
+    err_reg = abs(float(arrays.kernel_dynamic_j[hand.kernels.name_id == 0].sum())
+                  / truth["gemm_bf16"] - 1)
+    assert err_reg < 0.02 < err_naive
+
+
+def test_no_power_gives_times_and_a_warning() -> None:
+    tr = hand_trace(seconds=2.0, power=False)
+    snap = attribute(tr, n_boot=5)
+    assert snap.totals.energy_j == 0.0
+    assert any("no power" in w for w in snap.warnings)
+    total_time = sum(k.time_s for k in snap.kernels) + sum(c.time_s for c in snap.copies)
+    dur = (tr.kernels.end_ns - tr.kernels.start_ns).sum() + (tr.copies.end_ns
+                                                             - tr.copies.start_ns).sum()
+    assert total_time == pytest.approx(dur * 1e-9)
+    assert snap.gpus[0].sensor.field == "none"
+
+
+def test_trace_without_kernels_is_valid_with_warning() -> None:
+    tr = hand_trace(seconds=2.0)
+    tr.kernels = KernelBatch.empty()
+    snap = attribute(tr, n_boot=5)
+    assert snap.kernels == ()
+    assert any("no kernels" in w for w in snap.warnings)
+
+
+def test_steps_integrate_the_fitted_model(hand: Trace) -> None:
+    tr = hand_trace(seconds=4.0)
+    a, b = T0 + 100 * MS, T0 + 1100 * MS
+    edges = np.linspace(a, b, 6).astype(np.int64)
+    steps = MarkerBatch.from_columns(_b({"start_ns": edges[:-1], "end_ns": edges[1:],
+                                      "device": -1, "name_id": 0,
+                                      "kind": int(MarkerKind.PROFILER_STEP)}, 5))
+    tr.markers = MarkerBatch.concat([tr.markers, steps])
+    snap = attribute(tr, n_boot=5, sla_ms=150.0)
+    assert snap.steps is not None and snap.steps.count == 5
+    assert snap.steps.latency_ms.p50 == pytest.approx(200.0)
+    assert snap.steps.sla_compliance == 0.0
+    # the steps' energies add up to the model's energy over [a, b]: P_idle·1 s + dynamic
+    r = attribute_arrays(tr, n_boot=5).devices[0]
+    sb = r.busy(np.array([a, b]))
+    expect = r.p_idle_w * 1.0 + float((sb[1] - sb[0]) @ r.group_dp_w)
+    assert sum(snap.steps.step_energy_j) == pytest.approx(expect, rel=1e-6)
+    assert snap.steps.items_per_j is None
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_conservation_and_record_order_invariance(seed: int) -> None:
+    tr = hand_trace(seed=seed % 7, seconds=1.5)
+    perm = np.random.default_rng(seed).permutation(len(tr.kernels))
+    shuffled = Trace(strings=tr.strings, kernels=tr.kernels.take(perm), copies=tr.copies,
+                     markers=tr.markers, power=tr.power.take(np.argsort(-tr.power.t_ns)),
+                     energy=tr.energy, devices=tr.devices)
+    a = attribute_arrays(tr, n_boot=3)
+    b = attribute_arrays(shuffled, n_boot=3)
+    np.testing.assert_allclose(b.kernel_energy_j, a.kernel_energy_j[perm], rtol=1e-6, atol=1e-9)
+    total = a.kernel_energy_j.sum() + a.copy_energy_j.sum() + a.idle_energy_j.sum()
+    r = a.devices[0]
+    dur = (a.window_end_ns - a.window_start_ns) * 1e-9
+    expect = r.p_idle_w * dur + a.kernel_dynamic_j.sum() + a.copy_dynamic_j.sum()
+    assert total == pytest.approx(expect, rel=1e-6)
+    assert bool(np.all(a.kernel_dynamic_j >= 0)) and bool(np.all(a.idle_energy_j >= 0))
+
+
+@pytest.mark.parametrize(("name", "want"), [
+    ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn", "bf16"),
+    ("volta_h884gemm_64x64_ldg8_nn", "fp16"),
+    ("turing_s1688gemm_128x128_nn", "fp32"),
+    ("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn", "tf32"),
+    ("maxwell_sgemm_128x64_nt", "fp32"),
+    ("hgemm_32x32", "fp16"),
+    ("cutlass_e4m3_gemm", "fp8"),
+    ("sm80_imma_int8_gemm_i8", "int8"),
+    ("ncclKernel_AllReduce_RING_LL_Sum", "unknown"),
+])
+def test_precision_from_kernel_names(name: str, want: str) -> None:
+    assert precision_of(name) == want
