@@ -50,9 +50,12 @@ def make_trace() -> Trace:
         "correlation": [5], "kind": [int(CopyKind.HTOD)], "src_mem": [int(MemKind.PAGEABLE)],
         "dst_mem": [int(MemKind.DEVICE)], "bytes": [1 << 20],
     })
+    # a sync call spanning the gap [18, 25) ms; the copy's launch returns just before it runs
     apis = ApiBatch.from_columns({
-        "start_ns": [T0 + 17 * MS], "end_ns": [T0 + 25 * MS + 1000], "pid": [1], "tid": [1],
-        "correlation": [-1], "name_id": [3], "kind": [int(ApiKind.SYNC)],
+        "start_ns": [T0 + 17 * MS, T0 + 15 * MS + 500_000],
+        "end_ns": [T0 + 25 * MS + 1000, T0 + 15 * MS + 900_000], "pid": [1, 1], "tid": [1, 1],
+        "correlation": [-1, 5], "name_id": [3, 4],
+        "kind": [int(ApiKind.SYNC), int(ApiKind.LAUNCH)],
     })
     t = np.arange(-5, 46, 1) * MS + T0  # readings every 1 ms, covering the whole span
     power = PowerBatch.from_columns({
@@ -138,6 +141,13 @@ def test_power_split_energies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert kernel_total == pytest.approx(doc["metadata"]["kernel_energy_j"], rel=1e-3)
 
 
+def test_simple_idle_classifier_agrees() -> None:
+    gs, ge, gd, cause = perfetto.simple_idle_gaps(make_trace())
+    assert cause == ["launch_gap", "sync_wait", "host_stall"]
+    assert ((ge - gs) // MS).tolist() == [1, 7, 10]
+    assert gd.tolist() == [0, 0, 0]
+
+
 def test_counter_tracks() -> None:
     events = validate(perfetto.export_trace(make_trace()))
     power = [e for e in events if e["ph"] == "C" and e["name"].startswith("power")]
@@ -174,6 +184,12 @@ def test_cli_trace_with_snapshot_class_energies(tmp_path: Path) -> None:
     relu = sorted((e for e in k if e["name"] == "relu"), key=lambda e: e["ts"])
     # relu runs 5 ms then 1 ms: its 0.6 J split 5:1
     assert [e["args"]["energy_j"] for e in relu] == pytest.approx([0.5, 0.1])
+    # idle causes the snapshot knows get its energy (split by time); the rest P_idle x time
+    idle = {e["name"]: e["args"]["energy_j"] for e in slices(events, "idle")}
+    by_cause = {f"idle.{r.cause}": r.energy_j for r in snap.idle}
+    assert idle["idle.host_stall"] == pytest.approx(by_cause["idle.host_stall"])
+    assert idle["idle.launch_gap"] == pytest.approx(by_cause["idle.launch_gap"])
+    assert idle["idle.sync_wait"] == pytest.approx(0.007 * snap.totals.active_idle_w)
 
 
 def test_engine_path_runs_and_closes(tmp_path: Path) -> None:
@@ -190,6 +206,29 @@ def test_engine_path_runs_and_closes(tmp_path: Path) -> None:
     k = sum(e["args"]["energy_j"] for e in slices(events, "kernel"))
     assert k == pytest.approx(md["kernel_energy_j"], rel=1e-3)
     assert len(slices(events, "kernel")) == 4
+
+
+def test_cli_power_log_is_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(perfetto, "_engine", lambda: None)
+    full = make_trace()
+    bare = Trace(strings=full.strings, kernels=full.kernels, copies=full.copies,
+                 apis=full.apis, devices=full.devices, meta={})
+    power = Trace(power=full.power, devices=full.devices, meta={})
+    write_recording(tmp_path / "t.ppw", bare)
+    write_recording(tmp_path / "p.ppw", power)
+    out = tmp_path / "o.json"
+    assert main(["export", str(tmp_path / "t.ppw"), "--perfetto", str(out)]) == 0
+    alone = orjson.loads(out.read_bytes())
+    assert alone["metadata"]["energy_method"] == "none"
+    assert not [e for e in validate(alone) if e["ph"] == "C"]
+    assert main(["export", str(tmp_path / "t.ppw"), "--power", str(tmp_path / "p.ppw"),
+                 "--perfetto", str(out)]) == 0
+    merged = orjson.loads(out.read_bytes())
+    events = validate(merged)
+    assert merged["metadata"]["energy_method"] == "power_split"
+    assert len([e for e in events if e["ph"] == "C"]) == 51
+    total = sum(e["args"]["energy_j"] for e in events if e["ph"] == "X")
+    assert total == pytest.approx(POWER_W * 0.041, rel=1e-6)
 
 
 def test_snapshot_input(tmp_path: Path) -> None:

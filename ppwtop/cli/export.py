@@ -11,6 +11,7 @@ import sys
 import zlib
 from pathlib import Path
 
+from attribution.model import Trace
 from ppwtop.cli.common import parser
 from ppwtop.errors import InputError
 
@@ -37,6 +38,31 @@ def is_snapshot(path: str | Path) -> bool:
     return SNAPSHOT_TAG in head[:4096]
 
 
+def _with_power(trace: Trace, path: str, tz: str | None) -> Trace:
+    """The trace merged with a power log, shifted by whole quarter hours when only that
+    overlaps it (the same rule as ``ppwtop attribute``)."""
+    from attribution.engine.build import trace_window
+    from ppwtop.cli.attribute import tz_shift_ns
+    from ppwtop.importers import load_power
+
+    power = load_power(path, tz=tz)
+    win = trace_window(trace)
+    if win is not None:
+        try:
+            shift = tz_shift_ns(power, win)
+        except ValueError as e:
+            raise InputError(path, str(e)) from None
+        if shift:
+            print(f"ppwtop: warning: power log {path} shifted by {shift / 3.6e12:+.2f} h to "
+                  "overlap the trace (time-zone mix-up? pass --power-tz)", file=sys.stderr)
+            shifted = Trace(strings=power.strings, devices=list(power.devices),
+                            meta=dict(power.meta))
+            for f in Trace.BATCH_FIELDS:
+                setattr(shifted, f, getattr(power, f).shifted(shift))
+            power = shifted
+    return trace.merged_with(power)
+
+
 def main(argv: list[str]) -> int:
     p = parser("export", "Export a trace (Kineto JSON, nsys SQLite, .ppw recording) or a "
                          "snapshot as a Chrome/Perfetto trace with power/clock counter tracks "
@@ -44,6 +70,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("input", metavar="INPUT", help="trace or snapshot file")
     p.add_argument("--perfetto", metavar="OUT.json", required=True,
                    help="write the Chrome trace-event JSON here (open in ui.perfetto.dev)")
+    p.add_argument("--power", metavar="FILE",
+                   help="for a trace: a power log (nvidia-smi CSV or .ppw) to merge in, for "
+                        "the power counter track and the energies")
+    p.add_argument("--power-tz", metavar="TZ", help="time zone of naive CSV timestamps")
     p.add_argument("--snapshot", metavar="SNAPSHOT",
                    help="for a trace: give each record its class's energy from this snapshot "
                         "(class energy x duration share) instead of the engine's")
@@ -53,14 +83,17 @@ def main(argv: list[str]) -> int:
     from ppwtop.report import load_snapshot
 
     if is_snapshot(args.input):
-        if args.snapshot:
-            raise InputError(args.snapshot, "--snapshot only applies when INPUT is a trace")
+        for opt, val in (("--snapshot", args.snapshot), ("--power", args.power)):
+            if val:
+                raise InputError(val, f"{opt} only applies when INPUT is a trace")
         doc = export_snapshot(load_snapshot(args.input), source=str(args.input))
     else:
         from ppwtop.importers import load_trace
 
         snap = load_snapshot(args.snapshot) if args.snapshot else None
         trace = load_trace(args.input)
+        if args.power:
+            trace = _with_power(trace, args.power, args.power_tz)
         doc = export_trace(trace, snap, source=str(args.input))
     write_perfetto(doc, args.perfetto)
     md = doc["metadata"]

@@ -104,8 +104,12 @@ def record_energies(trace: Trace, snapshot: Snapshot | None = None) -> Energies:
     cum = _board_energy(trace)
     if snapshot is not None:
         kj, cj, mj = _from_snapshot(trace, snapshot)
-        idle_w = snapshot.totals.active_idle_w
-        idle_j = (ge - gs).astype(np.float64) * 1e-9 * idle_w
+        dur_ns = (ge - gs).astype(np.float64)
+        by_cause = {(r.cause, r.gpu): r.energy_j for r in snapshot.idle}
+        keys = list(zip(gc, gd.tolist(), strict=True))
+        idle_j = _share_by_class(keys, dur_ns, by_cause)
+        missing = np.array([k not in by_cause for k in keys], bool)
+        idle_j[missing] = dur_ns[missing] * 1e-9 * snapshot.totals.active_idle_w
         return _energies(kj, cj, mj, gs, ge, gd, gc, idle_j, "snapshot", notes)
     if cum is None:
         z = np.zeros
@@ -259,6 +263,25 @@ def _power_split(trace: Trace, cum: dict[int, Callable[[I64], F64]]) -> tuple[F6
 
 
 def idle_gaps(trace: Trace) -> tuple[I64, I64, I64, list[str]]:
+    """Idle gaps (start, end, device, cause): the engine's classifier
+    (``attribution.idle.idle_intervals`` over its trace window) when present, else
+    :func:`simple_idle_gaps`."""
+    try:
+        from attribution.engine.build import trace_window
+        from attribution.idle import idle_intervals
+    except ImportError:
+        return simple_idle_gaps(trace)
+    win = trace_window(trace)
+    if win is None:
+        return simple_idle_gaps(trace)
+    iv = idle_intervals(trace, win[0], win[1])
+    causes = [IDLE_CAUSES[int(c)] if 0 <= int(c) < len(IDLE_CAUSES) else "other"
+              for c in iv.cause.tolist()]
+    return (np.asarray(iv.start_ns, np.int64), np.asarray(iv.end_ns, np.int64),
+            np.asarray(iv.device, np.int64), causes)
+
+
+def simple_idle_gaps(trace: Trace) -> tuple[I64, I64, I64, list[str]]:
     """Gaps between busy intervals per device (inside its first..last item) and their cause:
     ``sync_wait`` when a synchronising API call spans the gap, else ``host_stall`` over 1 ms,
     else ``launch_gap``."""

@@ -195,20 +195,25 @@ def _breakdown_chart(r: Report) -> go.Figure:
     """Treemap: kernels (top classes + the rest), copies, idle by cause."""
     labels, parents, values = ["kernels", "copies", "idle"], ["", "", ""], [0.0, 0.0, 0.0]
     totals = {b.category: max(b.energy_j, 0.0) for b in r.breakdown}
+    hover = ["kernels", "copies", "idle"]
     shown = 0.0
     for i, k in enumerate(r.kernels):
-        labels.append(f"{e(k.name)} #{i}" if k.name in labels else e(k.name))
+        label = e(short(k.name))
+        labels.append(f"{label} #{i + 1}" if label in labels else label)
+        hover.append(e(k.name))
         parents.append("kernels")
         values.append(max(k.energy_j, 0.0))
         shown += max(k.energy_j, 0.0)
     rest = totals.get("kernels", 0.0) - shown
     if rest > 0:
         labels.append("other kernels")
+        hover.append("other kernels")
         parents.append("kernels")
         values.append(rest)
     idle_shown = 0.0
     for i_line in r.idle:
         labels.append(f"idle.{e(i_line.cause)}")
+        hover.append(f"idle.{e(i_line.cause)}")
         parents.append("idle")
         values.append(max(i_line.energy_j, 0.0))
         idle_shown += max(i_line.energy_j, 0.0)
@@ -216,9 +221,15 @@ def _breakdown_chart(r: Report) -> go.Figure:
     values[1] = totals.get("copies", 0.0)
     values[2] = max(totals.get("idle", 0.0), idle_shown)
     fig = go.Figure(go.Treemap(labels=labels, parents=parents, values=values,
-                               branchvalues="total", textinfo="label+value+percent root"))
+                               branchvalues="total", textinfo="label+value+percent root",
+                               hovertext=hover, hoverinfo="text+value+percent root"))
     fig.update_layout(title="Energy breakdown (J)")
     return fig
+
+
+def short(name: str, width: int = 48) -> str:
+    """A name cut to ``width`` characters for a chart label (escape after cutting)."""
+    return name if len(name) <= width else name[: width - 1] + "\u2026"
 
 
 def _operating_chart(r: Report) -> go.Figure:
