@@ -368,3 +368,122 @@ def test_tmux_show_at_100x30(tmp_path: Path) -> None:
 
 
 _ = asyncio  # pytest-asyncio runs the async tests (asyncio_mode=auto)
+
+
+# ---------------------------------------------------------------------- demo feed and CLI
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(scope="module")
+def demo_feed_parts() -> tuple[object, FakeClock]:
+    from ppwtop.demo_feed import DemoFeed
+
+    clock = FakeClock()
+    feed = DemoFeed("demo", "h100", 6.0, horizon_s=2.0, refresh_s=0.5, clock=clock)
+    return feed, clock
+
+
+def test_demo_feed_replays_in_wall_clock_time(demo_feed_parts: tuple[object, FakeClock]) -> None:
+    from ppwtop.demo_feed import HEAD_START_S, DemoFeed
+
+    feed, clock = demo_feed_parts
+    assert isinstance(feed, DemoFeed) and isinstance(feed, SnapshotFeed)
+    s1 = feed.next_snapshot()
+    assert s1 is not None
+    now1 = feed.start_ns + int(HEAD_START_S * 1e9)
+    assert feed.sim_now_ns() == now1
+    # only records that completed by "now", within the 2 s horizon
+    assert s1.window.end_ns <= now1 and s1.window.start_ns >= now1 - 2_000_000_000
+    assert feed.next_snapshot() is None  # same wall time: nothing new
+    clock.t += 0.2
+    assert feed.next_snapshot() is None  # under refresh_s
+    clock.t += 1.3  # 1.5 s of wall time = 1.5 s of sim time
+    s2 = feed.next_snapshot()
+    assert s2 is not None
+    now2 = now1 + 1_500_000_000
+    assert now2 - 2_000_000_000 <= s2.window.start_ns and s2.window.end_ns <= now2
+    assert s2.window.end_ns > s1.window.end_ns
+    t_ns, p_w = feed.power_trace()
+    assert len(t_ns) > 10 and t_ns[-1] <= now2 and bool(np.all(np.diff(t_ns) > 0))
+    assert float(p_w.min()) > 30.0 and float(p_w.max()) < 1000.0
+    assert feed.connected
+    clock.t += 100.0
+    assert not feed.connected and feed.sim_now_ns() == feed.end_ns
+    assert "demo" in feed.label
+
+
+def test_demo_headless_exports_snapshot(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from ppwtop.cli.main import main
+
+    out = tmp_path / "last.json"
+    assert main(["demo", "--headless", "--seconds", "4", "--export", str(out)]) == 0
+    snap = Snapshot.from_dict(orjson.loads(out.read_bytes()))
+    parts = (sum(k.energy_j for k in snap.kernels) + sum(c.energy_j for c in snap.copies)
+             + sum(i.energy_j for i in snap.idle))
+    assert parts == pytest.approx(snap.totals.energy_j, rel=1e-3)
+    assert snap.window.duration_s == pytest.approx(4.0, abs=0.6)
+    text = capsys.readouterr().out
+    top = max(snap.kernels, key=lambda k: k.energy_j)
+    assert "top kernels" in text and top.name in text and "idle causes" in text
+    assert main(["demo", "--headless", "--scenario", "nope"]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
+
+
+async def test_app_on_demo_feed() -> None:
+    from ppwtop.demo_feed import DemoFeed
+
+    clock = FakeClock()
+    feed = DemoFeed("demo", "h100", 4.0, horizon_s=2.0, refresh_s=0.0, clock=clock)
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks >= 1, timeout_s=10.0)
+        assert len(kernel_order(app)) >= 3
+        assert len(app.live.query_one("#power").data) > 5  # type: ignore[attr-defined]
+        clock.t += 100.0  # past the end of the run
+        await wait_for(pilot, lambda: not app.connected, timeout_s=10.0)
+        await pilot.pause()
+        assert "target disconnected" in header(app)
+        assert len(kernel_order(app)) >= 3
+
+
+def test_short_name_folds_cpp_noise() -> None:
+    from ppwtop.tui.widgets import short_name
+
+    assert short_name("void at::native::(anonymous namespace)::k<float, 4, true, false>"
+                      "(float*, int)") == "at::native::k<…>"
+    assert short_name("k<int>(int)") == "k<int>"  # short templates are kept
+    assert short_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
+    assert short_name("(weird)") == "(weird)"
+
+
+def test_svg_live_screen_100x30(snap_compare: object) -> None:
+    """The live screen at the smallest supported size (SVG in tests/__snapshots__/)."""
+    app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
+
+    async def loaded(pilot: object) -> None:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()  # type: ignore[attr-defined]
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
+
+
+def test_svg_compare_screen(snap_compare: object) -> None:
+    a = make_snapshot()
+    b = make_snapshot({"gemm_bf16_big": (250.0, 0.5, 100), "layernorm_fwd": (52.0, 0.4, 900),
+                       "softmax_tiny": (20.0, 0.1, 5000)}, idle_j=60.0)
+    app = PpwtopApp(StaticFeed(b, label="b.json"), baseline=a, start_compare=True,
+                    names=("a.json", "b.json"))
+
+    async def loaded(pilot: object) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.pause()  # type: ignore[attr-defined]
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]

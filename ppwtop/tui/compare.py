@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from attribution.snapshot import Snapshot
-from ppwtop.tui.widgets import Cell, esc, fmt_num, name_cell, num_cell, sync_table
+from ppwtop.tui.widgets import Cell, esc, fmt_num, name_cell, num_cell, short_name, sync_table
 
 
 def class_energies(s: Snapshot) -> dict[str, float]:
@@ -99,9 +99,11 @@ class CompareScreen(Screen[None]):
         for i, (name, ea, eb, d) in enumerate(deltas(self.baseline, self.candidate)):
             pct = d / ea * 100 if ea else math.inf if d else 0.0
             style = "red" if d > 0 else "green" if d < 0 else ""
-            rows.append((name, [name_cell(name, 44), num_cell(ea), num_cell(eb),
+            shown = f"kernel:{short_name(name[7:])}" if name.startswith("kernel:") else name
+            rows.append((name, [name_cell(shown, 44), num_cell(ea), num_cell(eb),
                                 Cell(-i, f"{d:+.3g}", style=style),
                                 Cell(pct, "new" if math.isinf(pct) else f"{pct:+.1f}%",
                                      style=style)]))
         sync_table(t, rows, 3, reverse=True)
+        t.border_title = "per class: ΔJ = candidate - baseline, largest |ΔJ| first"
         t.focus()
