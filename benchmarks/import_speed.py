@@ -8,7 +8,8 @@ Owns the import-speed benchmark.  Times both, median of N runs each (default 5),
   ``cudaLaunchKernel`` per kernel, generated into a temp dir.
 
 Prints the medians and the ratios.  ``load_kineto`` turns the cyclic GC off while it decodes
-and walks the document, so the floor is also timed that way (the honest like-for-like ratio).  Run: ``python benchmarks/import_speed.py``.
+and walks the document, so the floor is also timed that way (the like-for-like ratio).
+Run: ``python benchmarks/import_speed.py``.
 """
 
 from __future__ import annotations

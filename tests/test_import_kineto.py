@@ -7,6 +7,7 @@ values in /work/shared/data/real/README.md.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from fractions import Fraction
@@ -44,7 +45,9 @@ REF_CATS = {
 }
 
 
+@functools.cache
 def _doc(path: Path) -> dict[str, Any]:
+    """The decoded file (cached: tests only read it)."""
     with gzip.open(path, "rt") as f:
         doc: dict[str, Any] = json.load(f)
     return doc
@@ -294,3 +297,19 @@ def test_bad_json(tmp_path: Path, content: bytes, what: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_kineto(tmp_path / "nope.json")
+
+
+def test_null_and_string_values_fall_back_per_column(tmp_path: Path) -> None:
+    k = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 5,
+         "dur": 2, "args": {"device": 0, "stream": None, "correlation": 9,
+                            "grid": [4, 2, 1], "block": [32, 1, 1]}}
+    api = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+           "tid": "thread 12", "ts": 4, "dur": 0.5, "args": {"correlation": 9}}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [k, api]}))
+    t = load_kineto(p)
+    assert int(t.kernels.stream[0]) == -1
+    assert (int(t.kernels.grid_x[0]), int(t.kernels.grid_y[0])) == (4, 2)
+    assert int(t.kernels.correlation[0]) == 9
+    assert int(t.apis.tid[0]) == 12 and int(t.apis.end_ns[0] - t.apis.start_ns[0]) == 500
+    assert t.devices[0].index == 0 and t.devices[0].name == ""
