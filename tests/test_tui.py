@@ -249,6 +249,23 @@ async def test_disconnected_keeps_last_data() -> None:
         assert len(kernel_order(app)) == 3
 
 
+async def test_feed_error_is_a_disconnect_not_a_crash() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+
+        def boom() -> Snapshot | None:
+            raise OSError("socket closed")
+
+        feed.next_snapshot = boom  # type: ignore[method-assign]
+        await wait_for(pilot, lambda: not app.connected)
+        await pilot.pause()
+        assert "target disconnected" in header(app) and len(kernel_order(app)) == 3
+        assert any("socket closed" in str(n.message) for n in app._notifications)
+
+
 async def test_detail_by_key_and_enter() -> None:
     app = PpwtopApp(StaticFeed(make_snapshot()))
     async with app.run_test(size=SIZE) as pilot:
@@ -263,6 +280,10 @@ async def test_detail_by_key_and_enter() -> None:
         await pilot.press("up", "up", "enter")
         assert isinstance(app.screen, DetailScreen)
         assert "gemm_bf16_big" in str(app.screen.query_one("#detail", Static).render())
+        await pilot.press("escape", "tab", "d")  # the copies & idle table, top row
+        assert isinstance(app.screen, DetailScreen)
+        text = str(app.screen.query_one("#detail", Static).render())
+        assert "idle host_stall" in text and "12" in text  # gaps
 
 
 async def test_baseline_then_compare() -> None:

@@ -33,8 +33,10 @@ POLL_PERIOD_S = 0.1
 class SnapshotReady(Message):
     """A new snapshot (or a connection change) from the feed thread."""
 
-    def __init__(self, snapshot: Snapshot | None, power: PowerTrace, connected: bool) -> None:
+    def __init__(self, snapshot: Snapshot | None, power: PowerTrace, connected: bool,
+                 error: str | None = None) -> None:
         super().__init__()
+        self.error = error
         self.snapshot = snapshot
         self.power = power
         self.connected = connected
@@ -105,20 +107,20 @@ class PpwtopApp(App[None]):
         while not self._stop.is_set():
             t0 = time.monotonic()
             if self._rendered.is_set() and not self.paused:
+                error = None
                 try:
                     snap = self.feed.next_snapshot()
                     connected = bool(self.feed.connected)
                     power = self.feed.power_trace()
-                except Exception as e:
+                except Exception as e:  # a feed failure is a disconnect, said once
                     snap, connected, power = None, False, self.live._power
-                    self.call_from_thread(self.notify, f"feed error: {e}", severity="error",
-                                          markup=False)
+                    error = f"feed error: {e}" if was_connected else None
                 power_t = int(power[0][-1]) if len(power[0]) else None
                 if snap is not None or connected != was_connected or power_t != last_power_t:
                     was_connected = connected
                     last_power_t = power_t
                     self._rendered.clear()
-                    self.post_message(SnapshotReady(snap, power, connected))
+                    self.post_message(SnapshotReady(snap, power, connected, error))
             self._stop.wait(max(0.0, POLL_PERIOD_S - (time.monotonic() - t0)))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
@@ -127,6 +129,8 @@ class PpwtopApp(App[None]):
                 self.snapshot = message.snapshot
                 self.ticks += 1
             self.connected = message.connected
+            if message.error:
+                self.notify(message.error, severity="error", markup=False, timeout=8)
             self.live.show_snapshot(message.snapshot, message.power)
         finally:
             self._rendered.set()
