@@ -239,3 +239,64 @@ def test_conservation_and_record_order_invariance(seed: int) -> None:
 ])
 def test_precision_from_kernel_names(name: str, want: str) -> None:
     assert precision_of(name) == want
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the simulator's ground truth
+# ---------------------------------------------------------------------------------------------
+
+
+def _sim_errors(scenario: str, gpu: str, seconds: float) -> tuple[dict[str, float], float,
+                                                                    float, object]:
+    from attribution.engine.timebase import readings_for, usable, window_fractions
+    from attribution.sim import simulate
+
+    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=0)
+    arrays = attribute_arrays(res.trace, n_boot=20)
+    d = arrays.devices[0]
+    est = {lab: float(d.class_dynamic_j[i]) for i, lab in enumerate(d.items.labels)}
+    truth = res.truth.class_dynamic_j
+    rd = readings_for(res.trace, 0)
+    idx = usable(rd.t_ns, d.sensor.window_ms, arrays.window_start_ns, arrays.window_end_ns)
+    x = window_fractions(d.busy, rd.t_ns[idx], d.sensor.window_ms, d.sensor.lag_ms)
+    nv = time_split(x, rd.power_w[idx], d.p_idle_w, d.sensor.period_ms * 1e-3)
+    naive = {lab: float(nv[d.class_group[i]]) for i, lab in enumerate(d.items.labels)}
+    tot = sum(truth.values())
+    err = sum(abs(est[k] - v) for k, v in truth.items()) / tot
+    err_naive = sum(abs(naive[k] - v) for k, v in truth.items()) / tot
+    rel = {k: est[k] / v - 1 for k, v in truth.items()}
+    return rel, err, err_naive, (res, arrays)
+
+
+def test_simulator_a100_varied_mix_accuracy() -> None:
+    rel, err, err_naive, _ = _sim_errors("varied_mix", "a100", 90.0)
+    # measured (seed 0): regression 6.0 % energy-weighted (2.9 % after the board's 0.967 gain,
+    # which no method can see), naive time split 31 %; the two big kernels −3.7 %, −4.2 %
+    assert err < 0.08
+    assert err_naive > 3 * err
+    big = [k for k in rel if k.startswith("kernel:ampere_bf16") or "flash_fwd" in k]
+    assert len(big) == 2 and all(abs(rel[k]) < 0.06 for k in big)
+
+
+def test_simulator_fixed_mix_is_a_cluster_not_a_number() -> None:
+    from attribution.sim import simulate
+
+    res = simulate(scenario="fixed_mix", gpu="a100", seconds=30.0, seed=0)
+    snap = attribute(res.trace, n_boot=20)
+    (group,) = res.truth.inseparable
+    names = {g.removeprefix("kernel:") for g in group}
+    rows = [k for k in snap.kernels if k.name in names]
+    assert len(rows) == 2 and not any(k.resolvable for k in rows)
+    assert rows[0].cluster is not None and rows[0].cluster == rows[1].cluster
+    others = [k for k in snap.kernels if k.name not in names and k.time_s > 1.0]
+    assert others and all(k.cluster is None for k in others)
+
+
+def test_consumer_card_is_flagged_unresolvable() -> None:
+    from attribution.sim import simulate
+
+    res = simulate(scenario="varied_mix", gpu="rtx3090", seconds=20.0, seed=0)
+    snap = attribute(res.trace, n_boot=5)
+    assert snap.kernels and not any(k.resolvable for k in snap.kernels)
+    # totals still close: the energy counter integrates what the readings miss
+    assert abs(snap.totals.closure_error) < 0.02
