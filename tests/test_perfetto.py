@@ -282,3 +282,37 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(bad)]) == 2  # --perfetto is required
     assert capsys.readouterr().err.startswith("ppwtop: error:")
     assert not out.exists()
+
+
+DATA = Path(__file__).parent / "data"
+REAL = [
+    DATA / "hta/tests/data/nccl_parser_config/nccl_data.json.gz",  # Kineto, A100, 2 streams
+    DATA / "pipit_nsys/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",  # nsys
+]
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.suffix)
+def test_real_traces_export_valid(path: Path, tmp_path: Path) -> None:
+    """Real third-party traces (no power): valid events, one slice per kernel/copy/memset."""
+    if not path.exists():
+        pytest.skip(f"{path} not in this checkout")
+    from ppwtop.importers import load_trace
+
+    trace = load_trace(path)
+    out = tmp_path / "o.json"
+    assert main(["export", str(path), "--perfetto", str(out)]) == 0
+    doc = orjson.loads(out.read_bytes())
+    events = validate(doc)
+    assert len(slices(events, "kernel")) == len(trace.kernels) > 0
+    assert len(slices(events, "copy")) == len(trace.copies)
+    assert len(slices(events, "memset")) == len(trace.memsets)
+    # durations survive the µs conversion (to the ns)
+    dur_us = sorted(e["dur"] for e in slices(events, "kernel"))
+    want = np.sort((trace.kernels.end_ns - trace.kernels.start_ns) / 1e3)
+    assert np.allclose(dur_us, want, atol=1e-3)
+    names = {trace.strings[i] for i in trace.kernels.name_id.tolist()}
+    assert {e["name"] for e in slices(events, "kernel")} == names
+    streams = {(e["pid"], e["tid"]) for e in slices(events, "kernel")}
+    assert streams == {(int(d) + 1, int(s)) for d, s in
+                       zip(trace.kernels.device.tolist(), trace.kernels.stream.tolist(),
+                           strict=True)}

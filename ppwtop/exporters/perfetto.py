@@ -328,6 +328,8 @@ def export_trace(trace: Trace, snapshot: Snapshot | None = None,
         setattr(en, name, np.nan_to_num(getattr(en, name), nan=0.0, posinf=0.0, neginf=0.0))
     times = [b.start_ns for b in (trace.kernels, trace.copies, trace.memsets) if len(b)]
     times += [x.t_ns for x in (trace.power, trace.clocks) if len(x)]
+    if len(en.idle_start_ns):
+        times.append(en.idle_start_ns)
     origin = int(min(int(t.min()) for t in times)) if times else 0
     events: list[Event] = []
     threads: set[tuple[int, int]] = set()
