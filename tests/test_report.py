@@ -176,6 +176,16 @@ def test_html_without_baseline_or_series(tmp_path: Path) -> None:
     assert not re.search(r"<script[^>]*\bsrc\s*=", page)
 
 
+def test_gzipped_snapshot_is_read(tmp_path: Path) -> None:
+    import gzip
+
+    snap = tmp_path / "s.json.gz"
+    snap.write_bytes(gzip.compress(orjson.dumps(make_snapshot().to_dict())))
+    out = tmp_path / "r.md"
+    assert main(["report", str(snap), "-o", str(out)]) == 0
+    assert len(table_rows(out.read_text(), "## Kernels")) == 15
+
+
 def test_bad_suffix_and_bad_input_are_one_line_errors(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     snap = write(tmp_path / "s.json", make_snapshot())

@@ -19,15 +19,26 @@ FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     """Read a ``ppwtop.snapshot/1`` file (.json or .json.gz) with the project's reader."""
-    reader: Any
-    try:
-        reader = importlib.import_module("ppwtop.snapshot_io").read_snapshot
-    except (ImportError, AttributeError):
+    reader: Any = None
+    if not _is_gzip(path):  # ppwtop diff's reader also takes .json.gz
+        try:
+            reader = importlib.import_module("ppwtop.snapshot_io").read_snapshot
+        except (ImportError, AttributeError):
+            reader = None
+    if reader is None:
         reader = importlib.import_module("ppwtop.cli.diff").read_snapshot
     snap = reader(path)
     if not isinstance(snap, Snapshot):
         raise InputError(path, "not a ppwtop.snapshot/1 file")
     return snap
+
+
+def _is_gzip(path: str | Path) -> bool:
+    try:
+        with Path(path).open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the reader names the problem
 
 
 def report_format(out: str | Path) -> str:
