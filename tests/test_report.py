@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import orjson
@@ -163,6 +164,40 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
         assert f'id="{div}"' in page
     assert "clock-clamp time" in page
     assert "improvement" in page
+
+
+class _TagBalance(HTMLParser):
+    """Checks that structural tags open and close in order (scripts are opaque to it)."""
+
+    CHECKED = frozenset({"html", "head", "body", "table", "thead", "tbody", "tr", "td", "th",
+                         "ul", "ol", "li", "div", "p", "h1", "h2", "span", "code", "b"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.problems: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.CHECKED:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.CHECKED:
+            if not self.stack or self.stack[-1] != tag:
+                self.problems.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            else:
+                self.stack.pop()
+
+
+def test_html_tags_balance(tmp_path: Path) -> None:
+    base = write(tmp_path / "a.json", make_snapshot(1.0))
+    cand = write(tmp_path / "b.json", make_snapshot(1.1))
+    out = tmp_path / "r.html"
+    assert main(["report", str(cand), "--baseline", str(base), "-o", str(out)]) == 0
+    checker = _TagBalance()
+    checker.feed(out.read_text())
+    checker.close()
+    assert checker.problems == [] and checker.stack == []
 
 
 def test_html_without_baseline_or_series(tmp_path: Path) -> None:
