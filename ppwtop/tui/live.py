@@ -23,6 +23,7 @@ from ppwtop.tui.widgets import (
     NOT_RESOLVABLE,
     Cell,
     ci_cell,
+    clip,
     esc,
     fmt_num,
     name_cell,
@@ -65,7 +66,7 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
     if snap is None:
         return f"[b]ppwtop[/] · {esc(label)} · waiting for data…  " + "  ".join(flags)
     gpu = snap.gpus[0] if snap.gpus else None
-    gpu_s = (f"{esc(gpu.name)} ({gpu.model}, sensor {gpu.sensor.field} "
+    gpu_s = (f"{esc(clip(gpu.name, 28))} ({gpu.model}, sensor {gpu.sensor.field} "
              f"{fmt_num(gpu.sensor.period_ms)} ms)") if gpu else "no GPU"
     if len(snap.gpus) > 1:
         gpu_s += f" +{len(snap.gpus) - 1} GPU"
@@ -73,13 +74,17 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
     dur_s = snap.window.duration_s
     avg_w = t.energy_j / dur_s if dur_s > 0 else math.nan
     now_w = float(power[1][-1]) if len(power[1]) else avg_w
-    line1 = f"[b]ppwtop[/] · [b]{esc(label)}[/] · {gpu_s}  " + "  ".join(flags)
-    parts = [
-        f"[b]{fmt_num(now_w)} W[/] now",
-        f"{fmt_num(avg_w)} W avg",
-        f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s",
-        f"active idle {fmt_num(t.active_idle_w)} W",
-    ]
+    line1 = f"[b]ppwtop[/] · [b]{esc(clip(label, 36))}[/] · {gpu_s}  " + "  ".join(flags)
+    no_power = (gpu is None or gpu.sensor.field == "none") and not len(power[1])
+    if no_power:
+        parts = [f"[yellow]no power data: times only[/] · {fmt_num(dur_s)} s"]
+    else:
+        parts = [
+            f"[b]{fmt_num(now_w)} W[/] now",
+            f"{fmt_num(avg_w)} W avg",
+            f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s",
+            f"active idle {fmt_num(t.active_idle_w)} W",
+        ]
     if t.measured_energy_j > 0:
         parts.append(f"closure {t.closure_error * 100:+.1f}%")
     line2 = " · ".join(parts)

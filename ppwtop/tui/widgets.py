@@ -37,6 +37,10 @@ class Cell:
         return f"Cell({self.text!r})"
 
 
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def name_cell(name: str, width: int = 48, style: str = "") -> Cell:
     shown = name if len(name) <= width else name[: width - 1] + "…"
     return Cell(name.lower(), shown, justify="left", style=style)
@@ -59,6 +63,8 @@ def fmt_num(x: float, digits: int = 3) -> str:
         return f"{x:.1f}"
     if ax >= 1:
         return f"{x:.2f}"
+    if ax < 0.01:
+        return f"{x:.1e}".replace("e-0", "e-")  # 7.1e-5: fits a narrow column
     return f"{x:.{digits}g}"
 
 
