@@ -34,6 +34,8 @@ MIN_EXPOSURE = 3.0
 MAX_REL_HALF_WIDTH = 0.5
 COLLINEAR = 0.95
 N_BOOT = 200
+LAG_SLACK_MS = 0.5
+"""Lag uncertainty folded into the intervals (timestamp skew, board response shape)."""
 LONG_WINDOW_MS = 500.0
 """Sensors averaging this long (the 1 s ``average`` field) only support totals."""
 Z90 = 1.645
@@ -198,6 +200,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         lag = fit_lag(busy, t_k, y, window_ms, regress.quick_rss)
         x = window_fractions(busy, t_k, window_ms, lag)
         f = regress.fit(x, y, prior)
+        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d), y,
+                                       prior).dp_w for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(x, y, prior, n_boot=n_boot, block=block)
         p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
@@ -205,6 +209,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
         dp = np.zeros(n_groups)
+        lag_dp = np.zeros((2, n_groups))
         p_boot, dp_boot = np.full(max(n_boot, 1), p_idle), np.zeros((max(n_boot, 1), n_groups))
         rms = float(np.std(y))
         x = np.zeros((len(y), n_groups))
@@ -212,6 +217,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     else:
         p_idle = 0.0
         dp = np.zeros(n_groups)
+        lag_dp = np.zeros((2, n_groups))
         p_boot, dp_boot = np.zeros(1), np.zeros((1, n_groups))
         rms = 0.0
         x = np.zeros((0, n_groups))
@@ -222,6 +228,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     boot_dyn = dp_boot[:, group] * class_time[None, :] if n_cls else np.zeros((1, 0))
     ci = np.percentile(boot_dyn, [5.0, 95.0], axis=0).T if n_cls else np.zeros((0, 2))
     ci = _with_gain(ci, class_dyn, preset.gain_sigma if preset is not None else GAIN_SIGMA)
+    if n_cls:  # the lag is known to ±LAG_SLACK_MS at best: the interval covers both ends
+        lag_dyn = lag_dp[:, group] * class_time[None, :]
+        ci = np.column_stack([np.minimum(ci[:, 0], lag_dyn.min(axis=0)),
+                              np.maximum(ci[:, 1], lag_dyn.max(axis=0))])
     clusters = _clusters(x, exposure) if has_power else []
     cluster_of: dict[int, int] = {}
     for ci_idx, comp in enumerate(clusters):
