@@ -300,3 +300,15 @@ def test_consumer_card_is_flagged_unresolvable() -> None:
     assert snap.kernels and not any(k.resolvable for k in snap.kernels)
     # totals still close: the energy counter integrates what the readings miss
     assert abs(snap.totals.closure_error) < 0.02
+
+
+def test_unknown_board_gets_period_measured_and_window_fitted() -> None:
+    tr = hand_trace(seconds=20.0)
+    tr.devices = [DeviceInfo(0, "Mystery Accelerator 9000")]
+    snap = attribute(tr, n_boot=5)
+    s = snap.gpus[0].sensor
+    assert snap.gpus[0].model == "unknown"
+    assert (s.period_ms, s.window_ms) == (pytest.approx(T_MS), pytest.approx(W_MS))
+    truth = _true_dynamic(tr)
+    rows = {k.name: k for k in snap.kernels}
+    assert rows["gemm_bf16"].dynamic_energy_j == pytest.approx(truth["gemm_bf16"], rel=0.03)

@@ -34,6 +34,8 @@ MIN_EXPOSURE = 3.0
 MAX_REL_HALF_WIDTH = 0.5
 COLLINEAR = 0.95
 N_BOOT = 200
+WINDOW_FRACTIONS = (0.25, 0.5, 1.0)
+"""Candidate W / T for a board with no preset (DESIGN.md §3: 25 %, 50 %, 100 % seen)."""
 LAG_SLACK_MS = 0.5
 """Lag uncertainty folded into the intervals (timestamp skew, board response shape)."""
 LONG_WINDOW_MS = 500.0
@@ -130,6 +132,22 @@ def _with_gain(ci: F64, est: F64, gain_sigma: float) -> F64:
                             np.maximum(hi, ci[:, 1])])
 
 
+def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: float,
+                win: tuple[int, int]) -> float:
+    """Unknown board: pick W among T/4, T/2, T by the residual at each W's best lag (all
+    candidates scored on the same readings)."""
+    cands = [period_ms * f for f in WINDOW_FRACTIONS]
+    idx = usable(t_ns, max(cands), win[0], win[1])
+    if len(idx) < 8:
+        return period_ms
+    t_k, y = t_ns[idx], power_w[idx]
+    scores = []
+    for w in cands:
+        lag = fit_lag(busy, t_k, y, w, regress.quick_rss)
+        scores.append(regress.quick_rss(window_fractions(busy, t_k, w, lag), y))
+    return float(cands[int(np.argmin(scores))])
+
+
 def _groups(items: Items, n_cls: int) -> tuple[I32, int]:
     """Busiest MAX_GROUPS classes get their own group, the rest share the last one."""
     t = np.bincount(items.cls, weights=items.duration_ns.astype(np.float64), minlength=n_cls)
@@ -196,6 +214,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
+    if source == "measured" and len(y) >= 8 and n_groups:
+        window_ms = _fit_window(busy, rd.t_ns, rd.power_w, period_ms, win)
+        source = "measured+fitted"
+        idx = usable(rd.t_ns, window_ms, win[0], win[1])
+        t_k, y = rd.t_ns[idx], rd.power_w[idx]
     if len(y) >= 1 and n_groups:
         lag = fit_lag(busy, t_k, y, window_ms, regress.quick_rss)
         x = window_fractions(busy, t_k, window_ms, lag)
