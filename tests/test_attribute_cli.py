@@ -103,3 +103,20 @@ def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
     p.write_bytes(b"not json")
     with pytest.raises(InputError, match="not JSON"):
         read_snapshot(p)
+
+
+def test_help_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["attribute", "--help"])
+    assert e.value.code == 0
+    assert "--power-tz" in capsys.readouterr().out
+
+
+def test_device_name_from_the_power_log(tmp_path: Path) -> None:
+    from attribution.model import DeviceInfo, Trace
+    from ppwtop.cli.attribute import _fill_device_names
+
+    tr = Trace(devices=[DeviceInfo(0, ""), DeviceInfo(1, "Tesla V100-SXM2-32GB")])
+    pw = Trace(devices=[DeviceInfo(0, "NVIDIA A100-SXM4-80GB"), DeviceInfo(1, "other")])
+    _fill_device_names(tr, pw)
+    assert [d.name for d in tr.devices] == ["NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"]

@@ -7,6 +7,7 @@ warning), and writing the snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -57,6 +58,14 @@ def _shift_power(power: Trace, delta_ns: int) -> Trace:
     return out
 
 
+def _fill_device_names(trace: Trace, power: Trace) -> None:
+    """Give trace devices without a name the power log's name for the same index (the CSV's
+    ``name`` column picks the preset when the trace has no ``deviceProperties``)."""
+    names = {d.index: d.name for d in power.devices if d.name}
+    trace.devices = [dataclasses.replace(d, name=names.get(d.index, d.name)) if not d.name
+                     else d for d in trace.devices]
+
+
 def main(argv: list[str]) -> int:
     p = parser("attribute", "Offline attribution of a trace (+ power log) to a snapshot JSON.")
     p.add_argument("--trace", required=True, metavar="FILE",
@@ -94,13 +103,12 @@ def main(argv: list[str]) -> int:
                 print(f"ppwtop: warning: {msg}", file=sys.stderr)
                 warnings.append(msg)
                 power = _shift_power(power, shift)
+        _fill_device_names(trace, power)
         trace = trace.merged_with(power)
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms)
     meta = dict(snap.meta)
     meta.update({"trace": str(a.trace), "power": a.power, "owners": a.owners,
                  "power_tz": a.power_tz})
-    import dataclasses
-
     snap = dataclasses.replace(snap, warnings=tuple(warnings) + snap.warnings, meta=meta)
     for w in snap.warnings[len(warnings):]:
         print(f"ppwtop: warning: {w}", file=sys.stderr)
