@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -322,9 +323,18 @@ def test_deltas_sorted_by_abs_delta() -> None:
     a = make_snapshot()
     b = make_snapshot({"gemm_bf16_big": (250.0, 0.5, 100), "layernorm_fwd": (52.0, 0.4, 900),
                        "softmax_tiny": (20.0, 0.1, 5000)})
-    rows = deltas(a, b)
-    assert rows[0][0] == "kernel:gemm_bf16_big" and rows[0][3] == pytest.approx(-50.0)
-    assert rows[1][0] == "kernel:layernorm_fwd" and rows[1][3] == pytest.approx(2.0)
+    unit, rows = deltas(a, b)  # both have 20 steps: per step
+    assert unit == "J/step"
+    assert rows[0][0] == "kernel:gemm_bf16_big" and rows[0][3] == pytest.approx(-50.0 / 20)
+    assert rows[1][0] == "kernel:layernorm_fwd" and rows[1][3] == pytest.approx(2.0 / 20)
+    # without steps: per second, so a window twice as long with the same power is no change
+    a2 = dataclasses.replace(make_snapshot(steps=False), window=Window(0, 1_000_000_000))
+    b2 = make_snapshot(steps=False)  # 2 s window, same joules: half the J/s
+    unit, rows = deltas(a2, b2)
+    assert unit == "J/s"
+    top = rows[0]
+    assert top[0] == "kernel:gemm_bf16_big"
+    assert top[1] == pytest.approx(300.0) and top[2] == pytest.approx(150.0)
 
 
 async def test_command_palette_lists_actions() -> None:

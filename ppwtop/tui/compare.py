@@ -1,5 +1,7 @@
-"""The compare screen: a baseline and a candidate snapshot side by side, per-class deltas
-sorted by |ΔJ|, and the verdict of :func:`attribution.diff.diff` when that module is there."""
+"""The compare screen: a baseline and a candidate snapshot side by side.
+
+Per-class deltas are normalised like the verdict (per step, else per second) and sorted by
+|Δ|.  The verdict comes from :func:`attribution.diff.diff` when that module is there."""
 
 from __future__ import annotations
 
@@ -30,13 +32,25 @@ def class_energies(s: Snapshot) -> dict[str, float]:
     return out
 
 
-def deltas(a: Snapshot, b: Snapshot) -> list[tuple[str, float, float, float]]:
-    """(class, baseline J, candidate J, ΔJ) sorted by |ΔJ|, largest first."""
+def per_unit(a: Snapshot, b: Snapshot) -> tuple[str, float, float]:
+    """How both sides are normalised, as the verdict does: per step when both have steps,
+    else per second of window.  Returns (unit, baseline divisor, candidate divisor)."""
+    if a.steps is not None and a.steps.count and b.steps is not None and b.steps.count:
+        return "J/step", float(a.steps.count), float(b.steps.count)
+    da, db = a.window.duration_s, b.window.duration_s
+    if da > 0 and db > 0:
+        return "J/s", da, db
+    return "J", 1.0, 1.0
+
+
+def deltas(a: Snapshot, b: Snapshot) -> tuple[str, list[tuple[str, float, float, float]]]:
+    """The unit and (class, baseline, candidate, delta) in that unit, largest |delta| first."""
+    unit, na, nb = per_unit(a, b)
     ea, eb = class_energies(a), class_energies(b)
-    rows = [(k, ea.get(k, 0.0), eb.get(k, 0.0), eb.get(k, 0.0) - ea.get(k, 0.0))
+    rows = [(k, ea.get(k, 0.0) / na, eb.get(k, 0.0) / nb, eb.get(k, 0.0) / nb - ea.get(k, 0.0) / na)
             for k in set(ea) | set(eb)]
     rows.sort(key=lambda r: (-abs(r[3]), r[0]))
-    return rows
+    return unit, rows
 
 
 def verdict_text(a: Snapshot, b: Snapshot) -> str:
@@ -91,12 +105,12 @@ class CompareScreen(Screen[None]):
 
     def on_mount(self) -> None:
         t = self.query_one("#deltas", DataTable)
-        for label, key, width in (("class", "name", 44), ("baseline J", "a", 10),
-                                  ("candidate J", "b", 11), ("ΔJ", "d", 9),
-                                  ("Δ%", "p", 8)):
+        unit, drows = deltas(self.baseline, self.candidate)
+        for label, key, width in (("class", "name", 44), ("baseline", "a", 10),
+                                  ("candidate", "b", 10), ("Δ", "d", 9), ("Δ%", "p", 8)):
             t.add_column(label, key=key, width=width)
         rows = []
-        for i, (name, ea, eb, d) in enumerate(deltas(self.baseline, self.candidate)):
+        for i, (name, ea, eb, d) in enumerate(drows):
             pct = d / ea * 100 if ea else math.inf if d else 0.0
             style = "red" if d > 0 else "green" if d < 0 else ""
             shown = f"kernel:{short_name(name[7:])}" if name.startswith("kernel:") else name
@@ -105,5 +119,5 @@ class CompareScreen(Screen[None]):
                                 Cell(pct, "new" if math.isinf(pct) else f"{pct:+.1f}%",
                                      style=style)]))
         sync_table(t, rows, 3, reverse=True)
-        t.border_title = "per class: ΔJ = candidate - baseline, largest |ΔJ| first"
+        t.border_title = f"per class, {unit}: Δ = candidate - baseline, largest |Δ| first"
         t.focus()
