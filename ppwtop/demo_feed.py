@@ -11,6 +11,7 @@ attributions are spaced at least ``refresh_s`` of wall time apart, while the pow
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -115,7 +116,24 @@ class DemoFeed:
         if not len(tr.kernels) and not len(tr.copies):
             return None
         self.attributions += 1
-        return self._attribute(tr, gpu=self.gpu, n_boot=n_boot or self.n_boot)
+        snap: Snapshot = self._attribute(tr, gpu=self.gpu, n_boot=n_boot or self.n_boot)
+        so_far = self.energy_so_far_j(end_ns)
+        meta = dict(snap.meta)
+        meta["elapsed_s"] = (end_ns - self.start_ns) / 1e9
+        if so_far is not None:
+            meta["energy_so_far_j"] = so_far
+        return dataclasses.replace(snap, meta=meta)
+
+    def energy_so_far_j(self, end_ns: int) -> float | None:
+        """Board energy from the start of the run to ``end_ns`` (the energy counter)."""
+        e = self._sorted["energy"]
+        t_ns: Any = getattr(e, "t_ns")  # noqa: B009
+        mj: Any = getattr(e, "energy_mj")  # noqa: B009
+        i0 = int(np.searchsorted(t_ns, self.start_ns, side="left"))
+        i1 = int(np.searchsorted(t_ns, end_ns, side="right")) - 1
+        if i1 <= i0:
+            return None
+        return float(mj[i1] - mj[i0]) / 1000.0
 
     def final_snapshot(self, n_boot: int = 200) -> Snapshot | None:
         """The whole run attributed at once (``--headless``)."""

@@ -445,6 +445,9 @@ def test_demo_feed_replays_in_wall_clock_time(demo_feed_parts: tuple[object, Fak
     assert len(t_ns) > 10 and t_ns[-1] <= now2 and bool(np.all(np.diff(t_ns) > 0))
     assert float(p_w.min()) > 30.0 and float(p_w.max()) < 1000.0
     assert feed.connected
+    # the energy counter from the start of the run: ~2 s at a plausible H100 board power
+    so_far = s1.meta["energy_so_far_j"]
+    assert 60.0 * 1.5 < so_far < 700.0 * 2.5
     clock.t += 100.0
     assert not feed.connected and feed.sim_now_ns() == feed.end_ns
     assert "demo" in feed.label
@@ -478,6 +481,7 @@ async def test_app_on_demo_feed() -> None:
         await wait_for(pilot, lambda: app.ticks >= 1, timeout_s=10.0)
         assert len(kernel_order(app)) >= 3
         assert len(app.live.query_one("#power").data) > 5  # type: ignore[attr-defined]
+        assert "J so far" in header(app)
         clock.t += 100.0  # past the end of the run
         await wait_for(pilot, lambda: not app.connected, timeout_s=10.0)
         await pilot.pause()

@@ -83,22 +83,32 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
             f"[b]{fmt_num(now_w)} W[/] now",
             f"{fmt_num(avg_w)} W avg",
             f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s",
-            f"active idle {fmt_num(t.active_idle_w)} W",
+            *_so_far(snap),
         ]
     if t.measured_energy_j > 0:
         parts.append(f"closure {t.closure_error * 100:+.1f}%")
     line2 = " · ".join(parts)
-    line3 = ""
+    line3 = "" if no_power else f"P_idle {fmt_num(t.active_idle_w)} W · "
     st = snap.steps
     if st is not None and st.count > 0:
-        line3 = (f"[b]{fmt_num(st.energy_j.mean)} J/step[/] ({st.count} steps) · latency "
-                 f"p95 {fmt_num(st.latency_ms.p95)} ms p99 {fmt_num(st.latency_ms.p99)} ms · ")
+        line3 += (f"[b]{fmt_num(st.energy_j.mean)} J/step[/] ({st.count} steps) · "
+                  f"p95 {fmt_num(st.latency_ms.p95)} ms p99 {fmt_num(st.latency_ms.p99)} ms · ")
     line3 += f"sort: [b]{sort_key}[/]"
     if name_filter:
         line3 += f" · filter: [b]{esc(name_filter)}[/]"
     if snap.warnings:
         line3 += f" · [yellow]{len(snap.warnings)} warning(s): {esc(snap.warnings[0])}[/]"
     return "\n".join((line1, line2, line3))
+
+
+def _so_far(snap: Snapshot) -> list[str]:
+    """"X J so far" when the feed says how much the run used since it started."""
+    e = snap.meta.get("energy_so_far_j")
+    if not isinstance(e, int | float):
+        return []
+    el = snap.meta.get("elapsed_s")
+    tail = f" ({fmt_num(float(el))} s)" if isinstance(el, int | float) else ""
+    return [f"{fmt_num(float(e))} J so far{tail}"]
 
 
 def ineff_text(snap: Snapshot, limit: int = 6) -> str:
@@ -188,6 +198,7 @@ class LiveScreen(Screen[None]):
         rows: dict[str, Row] = {}
         needle = name_filter.lower()
 
+        multi_gpu = len({k.gpu for k in snap.kernels}) > 1
         krows = []
         for kr in snap.kernels:
             if needle and needle not in kr.name.lower():
@@ -196,7 +207,8 @@ class LiveScreen(Screen[None]):
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
-                name_cell(short_name(kr.name), self._name_w, style), num_cell(kr.energy_j),
+                name_cell(f"{kr.gpu}│{short_name(kr.name)}" if multi_gpu else short_name(kr.name),
+                          self._name_w, style), num_cell(kr.energy_j),
                 pct_cell(kr.energy_j / total), num_cell(kr.avg_power_w),
                 num_cell(kr.time_s), num_cell(kr.calls),
                 ci_cell(kr.dynamic_energy_ci_j) if kr.resolvable
