@@ -355,3 +355,20 @@ def test_fake_passes_records_through_c_pointers() -> None:
     assert bufs
     assert ctypes.cast(col._complete_cb, ctypes.c_void_p).value == ctypes.cast(
         lib._complete, ctypes.c_void_p).value
+
+
+def test_names_can_be_read_from_the_target_memory_instead() -> None:
+    import os
+
+    src = _hand_trace()
+    lib = FakeCuptiLib(src)
+    got: list[RawBuffer] = []
+    col = RawCollector(lib, lambda b: got.append(b) or True, resolve_names=False)
+    col.start(flush_period_s=None)
+    col.flush()
+    assert got and all(not b.names for b in got)  # the target walked nothing
+    resolver = cd.ProcessMemoryNames(os.getpid())  # the fake's names live in this process
+    _, out = _decode(got, cd.Decoder(names=resolver))
+    assert sorted(_names(out, out.kernels.name_id)) == sorted(_names(src, src.kernels.name_id))
+    assert resolver(0) is None  # unmapped: None, not a crash
+    resolver.close()

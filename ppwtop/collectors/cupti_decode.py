@@ -230,78 +230,152 @@ class Runs:
     count: list[int]
     end_offset: int  # where the walk stopped (== valid size unless an unknown kind was met)
     unknown_kind: int | None  # the kind value that stopped the walk, if any
+    _arrays: tuple[npt.NDArray[np.int64], ...] | None = None
+
+    def arrays(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                              npt.NDArray[np.int64]]:
+        """(kind, offset, count) as int64 arrays (converted once)."""
+        if self._arrays is None:
+            self._arrays = (np.asarray(self.kind, dtype=np.int64),
+                            np.asarray(self.offset, dtype=np.int64),
+                            np.asarray(self.count, dtype=np.int64))
+        k, o, c = self._arrays
+        return k, o, c
 
 
 def walk(buf: bytes | memoryview | npt.NDArray[np.uint8], valid_size: int | None = None,
          layout: Layout = DEFAULT) -> Runs:
     """Find the runs of same-kind records in a buffer.
 
-    Per run, the kinds at the next 16, 32, 64, ... candidate record boundaries are read at
-    once with a strided numpy view, so a run of n records costs O(n) numpy work plus
-    O(log n) Python steps; a buffer of alternating kinds costs one Python step per record.
+    Records are stepped over in plain Python (reading one ``int32`` kind each) for the first
+    8 of a run; a longer run is then extended by reading the kinds at the next 1024, 2048, ...
+    candidate boundaries at once through a strided numpy view.  A run of n records costs
+    O(n) numpy work plus O(log n) Python steps; a buffer whose kind changes at every record
+    costs one short Python step per record.
     """
     raw = np.frombuffer(buf, dtype=np.uint8)
     n = len(raw) if valid_size is None else min(int(valid_size), len(raw))
-    words = raw[: n - n % 4].view("<i4")
-    strides = layout.strides
-    runs = Runs([], [], [], 0, None)
-    off = 0
-    while off + 4 <= n:
-        kind = int(words[off >> 2])
-        stride = int(strides[kind]) if 0 <= kind < MAX_KIND else 0
-        if stride == 0:
-            runs.unknown_kind = kind
+    nwords = n >> 2
+    words = raw[: nwords * 4].view("<i4")
+    kinds_at = words.data.cast("B").cast("i") if nwords else memoryview(b"")
+    steps = (layout.strides >> 2).tolist()
+    out_kind: list[int] = []
+    out_off: list[int] = []
+    out_count: list[int] = []
+    unknown: int | None = None
+    pos = 0  # in words
+    while pos < nwords:
+        kind = kinds_at[pos]
+        step = steps[kind] if 0 <= kind < MAX_KIND else 0
+        if step == 0:
+            unknown = kind
             break
-        step = stride >> 2
-        max_count = (n - off) // stride
-        if max_count == 0:
+        if pos + step > nwords:  # a record cut by valid_size
             break
-        count = 1
-        probe = 16
-        while count < max_count:
-            hi = min(count + probe, max_count)
-            ks = words[(off >> 2) + count * step: (off >> 2) + hi * step: step]
-            bad = np.flatnonzero(ks != kind)
-            if len(bad):
-                count += int(bad[0])
+        start = pos
+        count = 0
+        while True:
+            count += 1
+            pos += step
+            if pos + step > nwords or kinds_at[pos] != kind:
                 break
-            count = hi
-            probe *= 2
-        runs.kind.append(kind)
-        runs.offset.append(off)
-        runs.count.append(count)
-        off += count * stride
-    runs.end_offset = off
-    return runs
+            if count == 8:  # a long run: extend it with numpy (one call ~ 10 Python steps)
+                probe = 1024
+                while True:
+                    max_more = (nwords - pos) // step
+                    if max_more == 0:
+                        break
+                    m = min(probe, max_more)
+                    ks = words[pos: pos + m * step: step]
+                    bad = np.flatnonzero(ks != kind)
+                    if len(bad):
+                        count += int(bad[0])
+                        pos += int(bad[0]) * step
+                        break
+                    count += m
+                    pos += m * step
+                    probe *= 2
+                break
+        out_kind.append(kind)
+        out_off.append(start << 2)
+        out_count.append(count)
+    return Runs(out_kind, out_off, out_count, pos << 2, unknown)
+
+
+def record_offsets(runs: Runs, kind: int, layout: Layout = DEFAULT
+                   ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(run offsets, run counts, every record's byte offset) for one kind."""
+    k, o, c = runs.arrays()
+    sel = k == kind
+    offs = o[sel]
+    counts = c[sel]
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts
+    within = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+    rec = np.repeat(offs, counts) + within * layout.strides[kind]
+    return offs, counts, rec
+
+
+_LONG_RUN = 32
 
 
 def gather(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs, kinds: set[int],
            layout: Layout = DEFAULT) -> dict[int, npt.NDArray[Any]]:
-    """Structured arrays of every record of the given kinds (runs of one kind concatenated)."""
+    """Structured arrays of every record of the given kinds, in buffer order.
+
+    A buffer that is one run is viewed in place (no copy); otherwise long runs are copied as
+    8-byte words slice by slice and short runs with one fancy index.
+    """
     raw = np.frombuffer(buf, dtype=np.uint8)
-    parts: dict[int, list[npt.NDArray[Any]]] = {}
-    for kind, off, count in zip(runs.kind, runs.offset, runs.count, strict=True):
-        if kind not in kinds or kind not in layout.dtypes:
+    out: dict[int, npt.NDArray[Any]] = {}
+    present = set(runs.kind)
+    for kind in kinds & present:
+        dt = layout.dtypes.get(kind)
+        if dt is None:
             continue
-        dt = layout.dtypes[kind]
         stride = int(layout.strides[kind])
-        if stride == dt.itemsize:
-            arr = np.frombuffer(raw, dtype=dt, count=count, offset=off)
-        else:  # stride padded beyond the struct: view rows then cast
-            rows = raw[off: off + count * stride].reshape(count, stride)[:, : dt.itemsize]
-            arr = np.ascontiguousarray(rows).view(dt).reshape(-1)
-        parts.setdefault(kind, []).append(arr)
-    return {k: (v[0] if len(v) == 1 else np.concatenate(v)) for k, v in parts.items()}
+        offs, counts, rec = record_offsets(runs, kind, layout)
+        if len(offs) == 1 and stride == dt.itemsize:
+            out[kind] = np.frombuffer(raw, dtype=dt, count=int(counts[0]), offset=int(offs[0]))
+            continue
+        total = len(rec)
+        iw = dt.itemsize // 8
+        res = np.empty(total, dtype=dt)
+        res_w = res.view(np.uint8).reshape(total, dt.itemsize).view("<u8")
+        words = raw[: len(raw) - len(raw) % 8].view("<u8")
+        sw = stride // 8
+        first = np.cumsum(counts) - counts
+        long_runs = np.flatnonzero(counts >= _LONG_RUN)
+        for r in long_runs.tolist():
+            o, c, f = int(offs[r]) // 8, int(counts[r]), int(first[r])
+            res_w[f: f + c] = words[o: o + c * sw].reshape(c, sw)[:, :iw]
+        if len(long_runs) < len(counts):
+            short = np.repeat(counts < _LONG_RUN, counts)
+            idx = (rec[short] // 8)[:, None] + np.arange(iw)
+            res_w[short] = words[idx]
+        out[kind] = res
+    return out
 
 
 def name_pointers(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs,
                   layout: Layout = DEFAULT) -> npt.NDArray[np.int64]:
-    """Distinct non-null ``name`` pointers of kernel and marker records in a buffer."""
-    recs = gather(buf, runs, _NAMED_KINDS, layout)
-    ptrs = [r["name"] for r in recs.values() if len(r)]
+    """Distinct non-null ``name`` pointers of kernel and marker records in a buffer.
+
+    Reads only the 8-byte name field of each such record (no structured copy)."""
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    words = raw[: len(raw) - len(raw) % 8].view("<i8")
+    ptrs: list[npt.NDArray[np.int64]] = []
+    for kind in _NAMED_KINDS & set(runs.kind):
+        dt = layout.dtypes.get(kind)
+        fields = dt.fields if dt is not None else None
+        if fields is None or "name" not in fields:
+            continue
+        name_off = int(fields["name"][1])
+        _, _, rec = record_offsets(runs, kind, layout)
+        ptrs.append(words[(rec + name_off) // 8])
     if not ptrs:
         return np.empty(0, dtype=np.int64)
-    u: npt.NDArray[np.int64] = np.unique(np.concatenate(ptrs).astype(np.int64))
+    u: npt.NDArray[np.int64] = np.unique(np.concatenate(ptrs))
     nonzero: npt.NDArray[np.int64] = u[u != 0]
     return nonzero
 
@@ -309,6 +383,48 @@ def name_pointers(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs,
 _KERNEL_KINDS = {int(AK.KERNEL), int(AK.CONCURRENT_KERNEL)}
 _NAMED_KINDS = _KERNEL_KINDS | {int(AK.MARKER)}
 _API_KINDS = {int(AK.RUNTIME), int(AK.DRIVER)}
+
+
+class ProcessMemoryNames:
+    """Resolve name pointers by reading the target's memory (``/proc/<pid>/mem``).
+
+    The alternative to shipping names from the agent: the target then does no walk at all,
+    only the copy.  Needs ptrace-read permission on the target (ppwtop's own child, or the
+    same user with ``kernel.yama.ptrace_scope`` 0); a pointer that is no longer mapped gives
+    None (EFAULT/EIO), never a crash.  Results are cached by pointer.
+    """
+
+    def __init__(self, pid: int, max_len: int = 4096) -> None:
+        self.pid = pid
+        self.max_len = max_len
+        self._cache: dict[int, str | None] = {}
+        self._file: Any = None
+
+    def __call__(self, ptr: int) -> str | None:
+        if ptr in self._cache:
+            return self._cache[ptr]
+        name: str | None = None
+        try:
+            if self._file is None:
+                self._file = open(f"/proc/{self.pid}/mem", "rb", buffering=0)  # noqa: SIM115
+            chunks = []
+            for off in range(0, self.max_len, 256):  # short reads: a name may end a page
+                self._file.seek(ptr + off)
+                chunk = self._file.read(256)
+                end = chunk.find(b"\0")
+                chunks.append(chunk if end < 0 else chunk[:end])
+                if end >= 0 or not chunk:
+                    break
+            name = b"".join(chunks).decode("utf-8", "replace")
+        except (OSError, OverflowError, ValueError):
+            name = None
+        self._cache[ptr] = name
+        return name
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,7 +521,10 @@ class Decoder:
             if runs.unknown_kind is not None:
                 uk = runs.unknown_kind
                 st.unknown_kinds[uk] = st.unknown_kinds.get(uk, 0) + 1
-        for kind, count in zip(runs.kind, runs.count, strict=True):
+        kinds, _, counts = runs.arrays()
+        per_kind = np.bincount(kinds, weights=counts, minlength=MAX_KIND).astype(np.int64)
+        for kind in np.flatnonzero(per_kind).tolist():
+            count = int(per_kind[kind])
             st.records[kind] = st.records.get(kind, 0) + count
             if kind not in self.layout.dtypes:
                 st.skipped_records += count
