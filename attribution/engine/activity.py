@@ -124,30 +124,41 @@ def _name(trace: Trace, name_id: int) -> str:
     return f"<kernel {name_id}>"
 
 
+class BusyFunction:
+    """``B_g(t)`` in seconds for every group g: sorted starts/ends and prefix sums are built
+    once, so each call is two ``searchsorted`` per group."""
+
+    def __init__(self, start_ns: I64, end_ns: I64, group: I32, n_groups: int, *,
+                 origin_ns: int) -> None:
+        self.origin_ns = origin_ns
+        self.n_groups = n_groups
+        s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
+        e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
+        order = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
+        self._parts: list[tuple[F64, F64, F64, F64]] = []
+        for g in range(n_groups):
+            sel = order[bounds[g]:bounds[g + 1]]
+            s = np.sort(s_all[sel])
+            e = np.sort(e_all[sel])
+            self._parts.append((s, e, np.r_[0.0, np.cumsum(s)], np.r_[0.0, np.cumsum(e)]))
+
+    def __call__(self, t_ns: I64) -> F64:
+        t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
+        out = np.zeros((len(t), self.n_groups), np.float64)
+        for g, (s, e, cs, ce) in enumerate(self._parts):
+            if len(s) == 0:
+                continue
+            ns = np.searchsorted(s, t, side="right")
+            ne = np.searchsorted(e, t, side="right")
+            out[:, g] = (t * ns - cs[ns]) - (t * ne - ce[ne])
+        return out
+
+
 def busy_at(start_ns: I64, end_ns: I64, group: I32, n_groups: int, t_ns: I64, *,
             origin_ns: int) -> F64:
     """``B_g(t)`` in seconds for every group g and time t: shape ``(len(t), n_groups)``."""
-    out = np.zeros((len(t_ns), n_groups), np.float64)
-    t = (t_ns - origin_ns).astype(np.float64) * 1e-9
-    if len(start_ns) == 0:
-        return out
-    s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
-    e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
-    order = np.argsort(group, kind="stable")
-    g_sorted = group[order]
-    bounds = np.searchsorted(g_sorted, np.arange(n_groups + 1))
-    for g in range(n_groups):
-        sel = order[bounds[g]:bounds[g + 1]]
-        if len(sel) == 0:
-            continue
-        s = np.sort(s_all[sel])
-        e = np.sort(e_all[sel])
-        cs = np.r_[0.0, np.cumsum(s)]
-        ce = np.r_[0.0, np.cumsum(e)]
-        ns = np.searchsorted(s, t, side="right")
-        ne = np.searchsorted(e, t, side="right")
-        out[:, g] = (t * ns - cs[ns]) - (t * ne - ce[ne])
-    return out
+    return BusyFunction(start_ns, end_ns, group, n_groups, origin_ns=origin_ns)(t_ns)
 
 
 def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:

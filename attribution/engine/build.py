@@ -14,10 +14,11 @@ from collections.abc import Callable
 import numpy as np
 
 from attribution.engine import regress
-from attribution.engine.activity import Items, busy_at, idle_share_s, items_for_device
+from attribution.engine.activity import BusyFunction, Items, idle_share_s, items_for_device
 from attribution.engine.timebase import (
     Sensor,
     fit_lag,
+    fit_lag_response,
     readings_for,
     sensor_model,
     usable,
@@ -69,6 +70,7 @@ class DeviceResult:
     item_energy_j: F64
     n_readings: int
     rms_w: float
+    response_ms: float  # fitted board response time constant τ
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
 
@@ -196,8 +198,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     s_ns = np.clip(items.start_ns, win[0], win[1])
     e_ns = np.clip(items.end_ns, win[0], win[1])
 
-    def busy(t: I64) -> F64:
-        return busy_at(s_ns, e_ns, item_group, n_groups, t, origin_ns=origin)
+    busy = BusyFunction(s_ns, e_ns, item_group, n_groups, origin_ns=origin)
 
     rd = readings_for(trace, device)
     period_ms, window_ms, source = sensor_model(preset, rd)
@@ -208,7 +209,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     prior = preset.active_idle_w if preset is not None else None
     dur_s = (e_ns - s_ns).astype(np.float64) * 1e-9
     class_time = np.bincount(items.cls, weights=dur_s, minlength=n_cls)
-    lag = 1.5
+    lag, tau = 1.5, 0.0
     if rd.field is None:
         warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
@@ -220,10 +221,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         idx = usable(rd.t_ns, window_ms, win[0], win[1])
         t_k, y = rd.t_ns[idx], rd.power_w[idx]
     if len(y) >= 1 and n_groups:
-        lag = fit_lag(busy, t_k, y, window_ms, regress.quick_rss)
-        x = window_fractions(busy, t_k, window_ms, lag)
+        lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss)
+        x = window_fractions(busy, t_k, window_ms, lag, tau)
         f = regress.fit(x, y, prior)
-        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d), y,
+        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d, tau), y,
                                        prior).dp_w for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(x, y, prior, n_boot=n_boot, block=block)
@@ -302,7 +303,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         items=items, class_group=group, group_dp_w=np.asarray(dp, np.float64),
         class_dynamic_j=class_dyn, class_ci_j=ci, class_resolvable=tuple(resolvable),
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
-        item_energy_j=item_energy, n_readings=len(y), rms_w=rms, busy=busy, clusters=names,
+        item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
+        clusters=names,
     )
 
 

@@ -199,6 +199,7 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None)
         "engine": "regress/1",
         "readings": {str(r.device): r.n_readings for r in arrays.devices},
         "sensor_source": {str(r.device): r.sensor.source for r in arrays.devices},
+        "response_ms": {str(r.device): r.response_ms for r in arrays.devices},
         "fit_rms_w": {str(r.device): r.rms_w for r in arrays.devices},
         "active_idle_ci_w": {str(r.device): list(r.p_idle_ci_w) for r in arrays.devices},
         "source": trace.meta.get("source"),

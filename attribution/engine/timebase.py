@@ -3,8 +3,8 @@
 Owns the choice of readings (one field per device, fresh readings only, windows inside the
 attribution window), the sensor model (from the GPU preset; unknown boards: T from the
 median spacing of fresh readings and W = T), the per-reading activity matrix over the exact
-sensor windows ``[t_k − D − W, t_k − D]``, and the grid search of D that best explains the
-readings.
+sensor windows ``[t_k − D − W, t_k − D]`` (optionally behind a first-order board response of
+time constant τ), and the grid search of D (and τ) that best explains the readings.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ FIELD_PREFERENCE = (PowerField.INSTANT, PowerField.DRAW, PowerField.SAMPLES, Pow
 LAG_GRID_MS = (-20.0, 60.0)
 LAG_COARSE_MS = 2.0
 LAG_FINE_MS = 0.25
+TAU_GRID_MS = (0.0, 0.4, 0.8, 1.2, 2.0, 3.0)
+"""Candidate board response time constants (first-order low-pass before the boxcar)."""
+TAU_POINTS = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,13 +90,25 @@ ActivityFn = Callable[[I64], F64]
 """``B(t)``: busy seconds per group up to each time (shape (len(t), groups))."""
 
 
-def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float) -> F64:
-    """Per-group busy fraction inside each reading's window [t − D − W, t − D]."""
-    hi = t_ns - np.int64(round(lag_ms * 1e6))
+def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float,
+                     tau_ms: float = 0.0) -> F64:
+    """Per-group busy fraction inside each reading's window [t − D − W, t − D].
+
+    With ``tau_ms > 0`` the board is a first-order low-pass of time constant τ in front of
+    the boxcar: the window integral of the filtered signal is the expectation of the boxcar
+    integral over a delay u ~ Exp(τ), computed at ``TAU_POINTS`` quantiles of u.
+    """
+    n = len(t_ns)
+    if tau_ms > 0:
+        u = -tau_ms * np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
+    else:
+        u = np.zeros(1)
+    hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
     lo = hi - np.int64(round(window_ms * 1e6))
     both = busy(np.concatenate([lo, hi]))
-    n = len(t_ns)
-    return np.asarray((both[n:] - both[:n]) / (window_ms * 1e-3), dtype=np.float64)
+    m = len(hi)
+    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+    return np.asarray(frac.reshape(len(u), n, -1).mean(axis=0), dtype=np.float64)
 
 
 def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
@@ -105,17 +120,43 @@ def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
 
 
 def fit_lag(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
-            rss: Callable[[F64, F64], float]) -> float:
+            rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0) -> float:
     """Lag (ms) minimising the regression residual: coarse grid, then a fine one."""
+    return fit_lag_score(busy, t_ns, y, window_ms, rss, tau_ms=tau_ms)[0]
+
+
+def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
+                  rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0
+                  ) -> tuple[float, float]:
+    """(lag, residual) at the best lag for a given response time constant."""
     if len(t_ns) < 4:
-        return 1.5
+        return 1.5, float("inf")
     lo, hi = LAG_GRID_MS
 
-    def best(grid: F64) -> float:
-        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d)), y) for d in grid]
-        return float(grid[int(np.argmin(scores))])
+    def best(grid: F64) -> tuple[float, float]:
+        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau_ms), y)
+                  for d in grid]
+        i = int(np.argmin(scores))
+        return float(grid[i]), float(scores[i])
 
-    coarse = best(np.arange(lo, hi + 1e-9, LAG_COARSE_MS))
+    coarse, _ = best(np.arange(lo, hi + 1e-9, LAG_COARSE_MS))
     fine = np.arange(max(lo, coarse - LAG_COARSE_MS), min(hi, coarse + LAG_COARSE_MS) + 1e-9,
                      LAG_FINE_MS)
     return best(fine)
+
+
+def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
+                     rss: Callable[[F64, F64], float]) -> tuple[float, float]:
+    """(lag, τ) jointly: the best lag for each τ in ``TAU_GRID_MS``, then the best τ."""
+    if len(t_ns) < 4:
+        return 1.5, 0.0
+    lag0, score0 = fit_lag_score(busy, t_ns, y, window_ms, rss)
+    best = (score0, lag0, 0.0)
+    for tau in TAU_GRID_MS[1:]:
+        # the response delays by τ on average: search lags around lag0 − τ only
+        grid = np.arange(lag0 - tau - 1.0, lag0 - tau + 1.0 + 1e-9, LAG_FINE_MS)
+        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau), y) for d in grid]
+        i = int(np.argmin(scores))
+        if scores[i] < best[0]:
+            best = (float(scores[i]), float(grid[i]), float(tau))
+    return best[1], best[2]
