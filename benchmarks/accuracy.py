@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,11 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
     err_all = sum(abs(est.get(c, (0.0,))[0] - true[c]) for c in true) / all_true
     nerr_all = sum(abs(naive.get(c, 0.0) - true[c]) for c in true) / all_true
     covered = [c for c in res_keys if _covers(est[c][1], true[c])]
+    # diagnostic: the same against the truth as the sensor scales it (gain is not correctable)
+    g = truth.gain
+    covered_g = [c for c in res_keys if _covers(est[c][1], g * true[c])]
+    err_g = (sum(abs(est[c][0] - g * true[c]) for c in res_keys) / (g * tot_true)
+             if tot_true else float("nan"))
     insep = [c for g in truth.inseparable for c in g]
     insep_ok = [c for c in insep
                 if c not in est or not est[c][2] or _covers(est[c][1], true.get(c, 0.0))]
@@ -96,7 +102,8 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
         "classes": len(true), "resolvable": len(res_keys), "missing": missing,
         "err": err, "err_all_classes": err_all,
         "naive_err": nerr, "naive_err_all_classes": nerr_all,
-        "coverage": cov, "covered": len(covered),
+        "coverage": cov, "covered": len(covered), "gain": g,
+        "err_vs_sensor_scale": err_g, "covered_vs_sensor_scale": len(covered_g),
         "inseparable": len(insep), "inseparable_ok": len(insep_ok),
         "idle_err": idle_err, "closure": closure,
         "total_err_vs_span": (snap.totals.energy_j - truth.span_energy_j) / truth.span_energy_j,
@@ -120,13 +127,14 @@ def _pf(b: bool) -> str:
 
 def print_sim(rows: list[dict[str, Any]]) -> None:
     print(f"{'scenario':<18} {'gpu':<8} {'err%':>6} {'naive%':>7} {'all%':>6} {'nall%':>6} "
-          f"{'cov':>7} {'insep':>6} "
+          f"{'cov':>7} {'cov_g':>5} {'insep':>6} "
           f"{'idle%':>6} {'clos%':>7} {'wall_s':>6}  pass(err/cov/idle/clos)")
     for r in rows:
         p = r["pass"]
         print(f"{r['scenario']:<18} {r['gpu']:<8} {100 * r['err']:6.2f} "
               f"{100 * r['naive_err']:7.2f} {100 * r['err_all_classes']:6.2f} "
               f"{100 * r['naive_err_all_classes']:6.2f} {r['covered']:>3}/{r['resolvable']:<3} "
+              f"{r['covered_vs_sensor_scale']:>5} "
               f"{r['inseparable_ok']:>2}/{r['inseparable']:<3} {100 * r['idle_err']:6.2f} "
               f"{100 * r['closure']:7.3f} {r['wall_s']:6.2f}  "
               f"{_pf(p['err'])}/{_pf(p['coverage'])}/{_pf(p['idle'])}/{_pf(p['closure'])}")
@@ -167,10 +175,27 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_err_all_classes": med("err_all_classes"),
         "median_naive_err_all_classes": med("naive_err_all_classes"),
         "pooled_coverage": sum(r["covered"] for r in rows) / n_res if n_res else float("nan"),
+        "pooled_coverage_vs_sensor_scale": (sum(r["covered_vs_sensor_scale"] for r in rows)
+                                            / n_res if n_res else float("nan")),
+        "median_err_vs_sensor_scale": med("err_vs_sensor_scale"),
         "max_idle_err": max(r["idle_err"] for r in rows),
         "max_closure": max(r["closure"] for r in rows),
         "total_wall_s": sum(r["wall_s"] for r in rows),
     }
+
+
+def _git_state() -> str:
+    """HEAD and whether the engine files differ from it (another engineer may be editing)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "attribution"], cwd=root,
+                               check=True, capture_output=True, text=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    files = [ln[3:] for ln in dirty if ln.strip()]
+    return head + (f" + uncommitted {', '.join(files)}" if files else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()} {platform.machine()} {platform.processor()} "
                    f"python {platform.python_version()}",
         "command": " ".join(["python", "benchmarks/accuracy.py", *(argv or sys.argv[1:])]),
+        "engine_version": _git_state(),
         "seconds": seconds, "seed": a.seed, "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }
