@@ -1,6 +1,6 @@
 """Kineto import speed: ``load_kineto`` against the floor (gzip.decompress + orjson.loads).
 
-Owns the import-speed benchmark.  Times both, median of N runs each (default 5), on
+Owns the import-speed benchmark.  Times both, median of N interleaved runs each (default 5), on
 
 * the largest real Kineto trace in /work/shared/data/real (HTA ``df_index_resolver``), skipped
   with a message when /work/shared is absent, and
@@ -60,14 +60,17 @@ def floor_no_gc(path: Path) -> None:
         gc.enable()
 
 
-def median_s(fn: Callable[[Path], object], path: Path, runs: int) -> float:
-    times = []
+def medians_s(fns: list[Callable[[Path], object]], path: Path, runs: int) -> list[float]:
+    """Median seconds of each function; the runs are interleaved (round-robin) so that a
+    change in machine load during the benchmark hits all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn(path)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn(path)
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def synthetic(path: Path, n_kernels: int, chunk: int = 50_000) -> None:
@@ -105,9 +108,7 @@ def synthetic(path: Path, n_kernels: int, chunk: int = 50_000) -> None:
 
 
 def compare(label: str, path: Path, runs: int) -> None:
-    f = median_s(floor, path, runs)
-    f0 = median_s(floor_no_gc, path, runs)
-    t = median_s(load_kineto, path, runs)
+    f, f0, t = medians_s([floor, floor_no_gc, load_kineto], path, runs)
     tr = load_kineto(path)
     print(f"{label}: {path.stat().st_size / 1e6:.1f} MB gz, {len(tr.kernels)} kernels, "
           f"{len(tr.apis)} runtime calls")
