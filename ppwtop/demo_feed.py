@@ -5,8 +5,9 @@ hands the records "seen so far" to the engine: records that completed inside the
 horizon ``[now - horizon_s, now]`` of simulated time (CUPTI delivers records when they
 complete), power/energy/clock readings taken in it.  Slicing is ``searchsorted`` on batches
 sorted once up front, so a tick costs one attribution of at most ``horizon_s`` of data;
-attributions are spaced at least ``refresh_s`` of wall time apart, while the power trace
-(cheap) follows the replay clock at every call.
+attributions are spaced at least ``refresh_s`` of wall time apart and at least three times
+their own cost (so the engine never takes more than a third of a core from the UI), while the
+power trace (cheap) follows the replay clock at every call.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _ITEM_BATCHES = ("kernels", "copies", "memsets", "apis", "markers")
 _SAMPLE_BATCHES = ("power", "energy", "clocks")
 GRAPH_S = 20.0  # power graph history
 HEAD_START_S = 2.0  # the replay starts this far into the run so the first tick has data
+DUTY_FACTOR = 3.0  # wall time between attributions >= 3 x the last attribution's cost
 
 
 def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
@@ -76,7 +78,8 @@ class DemoFeed:
         self._power_t_ns = pw.t_ns[keep][order]
         self._power_w = pw.power_mw[keep][order] / 1000.0
         self._wall0: float | None = None
-        self._last_attr_wall = -np.inf
+        self._next_due = -np.inf
+        self.last_cost_s = 0.0
         self._last_sim_ns = -1
         self.attributions = 0
 
@@ -144,11 +147,15 @@ class DemoFeed:
     def next_snapshot(self) -> Snapshot | None:
         now_wall = self._clock()
         t = self.sim_now_ns()
-        if t == self._last_sim_ns or now_wall - self._last_attr_wall < self.refresh_s:
+        if t == self._last_sim_ns or now_wall < self._next_due:
             return None
-        self._last_attr_wall = now_wall
         self._last_sim_ns = t
-        return self.snapshot_at(t)
+        t0 = time.perf_counter()
+        snap = self.snapshot_at(t)
+        self.last_cost_s = time.perf_counter() - t0
+        # the engine gets at most a third of a core: a slow tick spaces out the next ones
+        self._next_due = now_wall + max(self.refresh_s, DUTY_FACTOR * self.last_cost_s)
+        return snap
 
     def power_trace(self) -> PowerTrace:
         t = self.sim_now_ns()

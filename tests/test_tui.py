@@ -434,11 +434,14 @@ def test_demo_feed_replays_in_wall_clock_time(demo_feed_parts: tuple[object, Fak
     assert s1.window.end_ns <= now1 and s1.window.start_ns >= now1 - 2_000_000_000
     assert feed.next_snapshot() is None  # same wall time: nothing new
     clock.t += 0.2
-    assert feed.next_snapshot() is None  # under refresh_s
-    clock.t += 1.3  # 1.5 s of wall time = 1.5 s of sim time
+    assert feed.next_snapshot() is None  # under refresh_s (0.5 s)
+    assert feed.last_cost_s > 0
+    step_s = max(1.3, 3.0 * feed.last_cost_s)  # past both refresh_s and 3 x the tick's cost
+    clock.t += step_s  # wall time = sim time (speed 1)
     s2 = feed.next_snapshot()
     assert s2 is not None
-    now2 = now1 + 1_500_000_000
+    now2 = now1 + round((0.2 + step_s) * 1e9)
+    assert abs(feed.sim_now_ns() - now2) < 1000
     assert now2 - 2_000_000_000 <= s2.window.start_ns and s2.window.end_ns <= now2
     assert s2.window.end_ns > s1.window.end_ns
     t_ns, p_w = feed.power_trace()
