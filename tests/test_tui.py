@@ -374,8 +374,9 @@ def test_tmux_show_at_100x30(tmp_path: Path) -> None:
     snap_path.write_bytes(orjson.dumps(make_snapshot().to_dict()))
     session = f"ppwtop-test-{time.monotonic_ns()}"
     cmd = f"{sys.executable} -m ppwtop show {snap_path}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
-                   check=True)
+    root = str(Path(__file__).resolve().parent.parent)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
+                    "-c", root, cmd], check=True)
     try:
         screen = ""
         for _ in range(60):
