@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import json
 import os
 import pathlib
 import signal
@@ -31,7 +32,10 @@ for _p in (str(ROOT), str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import orjson  # noqa: E402
+try:
+    import orjson
+except ImportError:  # a bare lent machine: the stdlib still writes the findings
+    orjson = None  # type: ignore[assignment]
 
 SCHEMA = "ppwtop.gpu_check/1"
 SECTIONS = ("environment", "nvml", "sensor", "energy", "cupti", "overhead", "attribute")
@@ -56,9 +60,13 @@ class Findings:
     def write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(orjson.dumps(self.doc, option=orjson.OPT_INDENT_2
-                                     | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS,
-                                     default=str))
+        if orjson is not None:
+            data = orjson.dumps(self.doc, option=orjson.OPT_INDENT_2
+                                | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS,
+                                default=str)
+        else:
+            data = json.dumps(self.doc, indent=2, default=str).encode()
+        tmp.write_bytes(data)
         os.replace(tmp, self.path)
 
 
@@ -109,7 +117,18 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    import gpu_check_sections as sec
+    from gpu_check_bare import bare_environment
+
+    try:
+        import gpu_check_sections as sec
+    except Exception as e:  # missing numpy/pynvml on the lent machine: say what is there
+        err = f"cannot import the checks: {type(e).__name__}: {e}"
+        findings.doc["sections"] = {n: {"error": err} for n in SECTIONS}
+        findings.doc["sections"]["environment"] = {"error": err, "bare": bare_environment()}
+        findings.doc["status"] = "complete"
+        findings.write()
+        print(err, flush=True)
+        return 1
 
     ctx = sec.Context(fake=args.fake, device=args.device, deadline=deadline)
     wanted = [s for s in args.only.split(",") if s] or list(SECTIONS)

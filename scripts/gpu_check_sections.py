@@ -105,6 +105,11 @@ def environment(ctx: Context) -> dict[str, Any]:
         libs["torch_cuda"] = torch.version.cuda
         libs["torch_cuda_available"] = bool(torch.cuda.is_available())
     out["libraries"] = libs
+    if not ctx.fake:
+        from gpu_check_bare import nvidia_smi, smi_poll
+
+        out["nvidia_smi"] = nvidia_smi()
+        out["smi_poll"] = smi_poll(3.0)
     names = [g["name"] for g in out["gpus"]]
     out["summary"] = (f"driver {out['driver_version']}, {len(names)} GPU(s) {names}, "
                       f"torch {libs.get('torch')}, cupy {libs.get('cupy')}")
@@ -150,7 +155,7 @@ def _rig(ctx: Context) -> Any:
 
 def sensor(ctx: Context) -> dict[str, Any]:
     rig = _rig(ctx)
-    each_s = 6.0 if ctx.fake else min(20.0, max((ctx.left_s() - 8.0) / 3, 2.0))
+    each_s = 5.0 if ctx.fake else min(20.0, max((ctx.left_s() - 8.0) / 3, 2.0))
     run = rig.run(gs.square_schedule(HALF_PERIODS_MS, each_s), ctx.section_deadline)
     ctx.run = run
     t_i, p_i = gs.fresh(run.trace, PowerField.INSTANT)

@@ -31,6 +31,7 @@ Schedule = Callable[[int], tuple[I64, I64]]  # run start (ns) -> absolute on int
 
 LEAD_NS = 1_000_000_000  # idle before the first burst and after the last
 POLL_HZ = 500.0
+FAKE_POLL_HZ = 250.0  # still > 2/T; halves the fake's CPU time
 
 
 @dataclasses.dataclass
@@ -234,31 +235,47 @@ def _samples_buffer(handle: Any) -> dict[str, Any]:
 
 
 class RealRig:
-    """Drives a real GPU with a matmul loop (torch, else cupy); host CLOCK_REALTIME ns."""
+    """Drives a real GPU with a matmul loop (torch, else cupy, else a PTX kernel through the
+    CUDA driver API); burst edges in host CLOCK_REALTIME ns around the synchronise."""
 
     def __init__(self, device: int = 0) -> None:
         self.device = device
         self.kind = ""
+        self._mm: Callable[[], Any]
+        self._sync: Callable[[], Any]
         try:
-            import torch
-
-            if not torch.cuda.is_available():
-                raise RuntimeError("torch.cuda is not available")
-            dev = torch.device("cuda", device)
-            a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
-            b = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
-            self._mm: Callable[[], Any] = lambda: torch.matmul(a, b)
-            self._sync: Callable[[], Any] = torch.cuda.synchronize
-            self.kind = f"torch {torch.__version__}"
+            self._torch(device)
         except ImportError:
-            import cupy
+            try:
+                self._cupy(device)
+            except ImportError:
+                from gpu_check_cuda import DriverLoad
 
-            a2 = cupy.random.rand(4096, 4096, dtype=cupy.float32)
-            self._mm = lambda: a2 @ a2
-            self._sync = cupy.cuda.Device(device).synchronize
-            self.kind = f"cupy {cupy.__version__}"
+                load = DriverLoad(device, launch_ms=0.25)
+                self._mm, self._sync, self.kind = load.launch, load.sync, load.kind
         self._mm()
         self._sync()
+
+    def _torch(self, device: int) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch is installed but torch.cuda is not available")
+        dev = torch.device("cuda", device)
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+        self._mm = lambda: torch.matmul(a, b)
+        self._sync = torch.cuda.synchronize
+        self.kind = f"torch {torch.__version__} bf16 4096² matmul"
+
+    def _cupy(self, device: int) -> None:
+        import cupy
+
+        with cupy.cuda.Device(device):
+            a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
+        self._mm = lambda: a @ a
+        self._sync = cupy.cuda.Device(device).synchronize
+        self.kind = f"cupy {cupy.__version__} fp32 4096² matmul"
 
     def _busy_until(self, end_ns: int) -> None:
         while time.time_ns() < end_ns:
@@ -334,9 +351,10 @@ class FakeRig:
         t1 = int(en[-1]) + LEAD_NS
         self._start = t1 + LEAD_NS  # the next run starts later on the same board
         with self._lib(st, en, t0, t1) as (_, clock):
-            s = NvmlSampler([0], poll_hz=POLL_HZ, clock_hz=5.0, samples_hz=2.0, clock=clock)
+            s = NvmlSampler([0], poll_hz=FAKE_POLL_HZ, clock_hz=5.0, samples_hz=2.0,
+                            clock=clock)
             s.open()
-            step_ns = round(1e9 / POLL_HZ)
+            step_ns = round(1e9 / FAKE_POLL_HZ)
             n_polls = (t1 - t0) // step_ns
             done = 0
             for done in range(1, n_polls + 1):
