@@ -372,3 +372,43 @@ def test_names_can_be_read_from_the_target_memory_instead() -> None:
     assert sorted(_names(out, out.kernels.name_id)) == sorted(_names(src, src.kernels.name_id))
     assert resolver(0) is None  # unmapped: None, not a crash
     resolver.close()
+
+
+def test_periodic_flush_thread_delivers_every_record_once() -> None:
+    import threading
+    import time
+
+    src = _hand_trace()
+    lib = FakeCuptiLib()
+    got: list[RawBuffer] = []
+    threads: set[str] = set()
+
+    def sink(b: RawBuffer) -> bool:
+        threads.add(threading.current_thread().name)
+        got.append(b)
+        return True
+
+    col = RawCollector(lib, sink, buffer_size=1024)
+    col.start(flush_period_s=0.005)
+    lib.add_trace(src)
+    deadline = time.monotonic() + 5.0
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.005)
+    lib.add_trace(src)  # a second batch, delivered by the flush thread or by stop()
+    col.stop()
+    assert "ppwtop-cupti-flush" in threads  # the callback ran on the non-main thread
+    _, out = _decode(got)
+    assert len(out.kernels) == 2 * len(src.kernels) and len(out.apis) == 2 * len(src.apis)
+    assert col.stats.callback_errors == 0
+
+
+def test_wrong_struct_version_is_surfaced_not_silently_decoded() -> None:
+    # records written as Kernel13 (248 bytes), decoded with a table claiming Kernel11 (224)
+    k13, k11 = cupti.activity_kernel13_dtype, cupti.activity_kernel11_dtype
+    buf = b"".join(_record(k13, int(AK.CONCURRENT_KERNEL), start=i, end=i + 1)
+                   for i in range(1, 5))
+    wrong = cd.Layout.build({int(AK.CONCURRENT_KERNEL): k11})
+    dec = cd.Decoder(layout=wrong)
+    out = dec.decode(buf)
+    assert len(out.kernels) < 4  # it cannot walk past the first record boundary it misjudges
+    assert dec.stats.undecodable_buffers == 1 and dec.stats.undecodable_bytes > 0

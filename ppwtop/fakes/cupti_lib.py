@@ -17,6 +17,7 @@ runtime API names are encoded as the lowest cbid with that name.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -84,6 +85,7 @@ class FakeCuptiLib:
         self._dropped = 0
         self._keep: dict[str, ctypes.Array[ctypes.c_char]] = {}
         self.buffers_completed = 0
+        self._lock = threading.RLock()  # flushes come from the collector's flush thread
         if trace is not None:
             self.add_trace(trace)
 
@@ -173,7 +175,8 @@ class FakeCuptiLib:
 
     def add_raw(self, record: bytes, time_key: int = 2**62) -> None:
         """Queue bytes verbatim as one record (e.g. a kind the decoder does not know)."""
-        self._pending.append((time_key, -1, bytes(record)))
+        with self._lock:
+            self._pending.append((time_key, -1, bytes(record)))
 
     def drop_records(self, n: int) -> None:
         """Report ``n`` dropped records with the next completed buffer."""
@@ -190,8 +193,9 @@ class FakeCuptiLib:
         kind = int(recs["kind"][0])
         raw = recs.tobytes()
         size = recs.dtype.itemsize
-        self._pending.extend(
-            (int(t), kind, raw[i * size:(i + 1) * size]) for i, t in enumerate(keys.tolist()))
+        with self._lock:
+            self._pending.extend((int(t), kind, raw[i * size:(i + 1) * size])
+                                 for i, t in enumerate(keys.tolist()))
 
     # --- the libcupti functions cupti_raw calls ----------------------------------------
 
@@ -229,8 +233,9 @@ class FakeCuptiLib:
         self.calls.append(f"cuptiActivityFlushAll({int(flag)})")
         if self._request is None:
             return CUPTI_ERROR_NOT_INITIALIZED
-        pending = sorted(self._pending, key=lambda p: p[0])
-        self._pending = []
+        with self._lock:
+            pending = sorted(self._pending, key=lambda p: p[0])
+            self._pending = []
         recs = [raw for _, kind, raw in pending if kind < 0 or kind in self.enabled
                 or (kind == int(AK.CONCURRENT_KERNEL) and int(AK.KERNEL) in self.enabled)]
         i = 0
