@@ -158,12 +158,13 @@ def sensor(ctx: Context) -> dict[str, Any]:
     each_s = 5.0 if ctx.fake else min(20.0, max((ctx.left_s() - 8.0) / 3, 2.0))
     run = rig.run(gs.square_schedule(HALF_PERIODS_MS, each_s), ctx.section_deadline)
     ctx.run = run
-    t_i, p_i = gs.fresh(run.trace, PowerField.INSTANT)
+    t_i, p_i, ts_info = gs.readings_for_fit(run, PowerField.INSTANT)
     period_ms, phase_ns = gs.period_and_phase(t_i)
     out: dict[str, Any] = {"load": rig.kind, "half_periods_ms": HALF_PERIODS_MS,
                            "seconds_each": each_s, "bursts": len(run.on_start_ns),
                            "instant_period_ms": period_ms, "instant_phase_ns": phase_ns,
-                           "instant_readings": len(t_i), "samples_buffer": run.samples_buffer,
+                           "instant_readings": len(t_i), "instant_timestamps": ts_info,
+                           "samples_buffer": run.samples_buffer,
                            "sampler": {k: run.sampler_meta.get(k) for k in
                                        ("notes", "errors", "polls", "overruns",
                                         "poll_wall_us_mean")}}
@@ -180,7 +181,7 @@ def sensor(ctx: Context) -> dict[str, Any]:
             f = gs.fit_window_lag(t_i[sel], p_i[sel], run.on_start_ns, run.on_end_ns)
             per[f"{h:g}ms"] = {k: f.get(k) for k in ("window_ms", "lag_ms", "rms_w", "error")}
     out["fit_per_wave"] = per
-    t_s, p_s = gs.fresh(run.trace, PowerField.SAMPLES)
+    t_s, p_s, _ = gs.readings_for_fit(run, PowerField.SAMPLES)
     if len(t_s) >= 8:
         out["samples_period_ms"] = gs.period_and_phase(t_s)[0]
         fs = gs.fit_window_lag(t_s, p_s, run.on_start_ns, run.on_end_ns)

@@ -169,6 +169,31 @@ def fresh(tr: Trace, field: PowerField) -> tuple[I64, F64]:
     return p.t_ns, p.power_mw.astype(np.float64) / 1e3
 
 
+def readings_for_fit(run: Run, field: PowerField) -> tuple[I64, F64, dict[str, Any]]:
+    """Fresh readings of ``field`` checked for what their timestamps are.
+
+    Timestamps that advance on (nearly) every poll while the value repeats are query times:
+    then only value changes count as new readings.  Timestamps far from the run's host
+    CLOCK_REALTIME span are on another clock: returned empty (the fit would be meaningless).
+    """
+    t, p = fresh(run.trace, field)
+    info: dict[str, Any] = {"timestamps": "publication (host realtime)"}
+    if len(t) == 0:
+        return t, p, {"timestamps": "no readings"}
+    mid = int(np.median(t))
+    if not run.start_ns - 5_000_000_000 <= mid <= run.end_ns + 5_000_000_000:
+        info["timestamps"] = (f"not on the host realtime clock (median {mid} ns vs run "
+                              f"{run.start_ns}..{run.end_ns})")
+        return t[:0], p[:0], info
+    d = np.diff(t)
+    same = np.diff(p) == 0
+    if len(d) > 50 and float(np.median(d)) < 5e6 and float(same.mean()) > 0.5:
+        keep = np.concatenate([[True], ~same])
+        t, p = t[keep], p[keep]
+        info["timestamps"] = "query time (deduplicated on value changes)"
+    return t, p, info
+
+
 # --- energy ----------------------------------------------------------------------------------
 
 
@@ -180,7 +205,7 @@ def energy_check(run: Run, low_w: float, high_w: float) -> dict[str, Any]:
     a, b = int(en.t_ns[0]), int(en.t_ns[-1])
     dur_s = (b - a) / 1e9
     ctr_j = float(en.energy_mj[-1] - en.energy_mj[0]) / 1e3
-    t_i, p_i = fresh(run.trace, PowerField.INSTANT)
+    t_i, p_i, _ = readings_for_fit(run, PowerField.INSTANT)
     sel = (t_i >= a) & (t_i <= b)
     inst_j = float(p_i[sel].mean()) * dur_s if sel.any() else None
     on_s = float(on_time_before(np.array([b]), run.on_start_ns, run.on_end_ns)[0]
@@ -211,6 +236,8 @@ def blind_verdict(run: Run, low_w: float, high_w: float) -> dict[str, Any]:
         "burst_energy_instant_j": extra_inst, "counter_sees_fraction": seen,
         "instant_sees_fraction": (extra_inst / extra_model
                                   if extra_inst is not None and extra_model > 0 else None),
+        "placement_ok": (extra_inst is not None and extra_model > 0
+                         and abs(extra_inst) < 0.2 * extra_model),
         "verdict": ("unknown" if seen is None else
                     "integrates all time" if seen > 0.7 else
                     "sensor windows only" if seen < 0.3 else "partial"),

@@ -187,3 +187,31 @@ def test_bare_machine_still_reports_what_is_there(tmp_path: Path) -> None:
     poll = bare["smi_poll"]
     assert poll["rows"] == 100 and poll["changes"] == 10
     assert poll["median_change_ms"] == pytest.approx(100.0)
+
+
+def _run_with_instant(t_ns: np.ndarray, mw: np.ndarray, start_ns: int, end_ns: int) -> gs.Run:
+    from attribution.model import PowerBatch, PowerField, Trace
+
+    power = PowerBatch.from_columns({
+        "t_ns": t_ns, "power_mw": mw, "device": np.zeros(len(t_ns)),
+        "field": np.full(len(t_ns), int(PowerField.INSTANT)),
+        "fresh": np.ones(len(t_ns), np.bool_)})
+    e = np.empty(0, np.int64)
+    return gs.Run(e, e, Trace(power=power), start_ns, end_ns, {}, {})
+
+
+def test_query_time_stamps_are_deduplicated_on_value() -> None:
+    from attribution.model import PowerField
+
+    t0 = 1_768_471_200_000_000_000
+    t = t0 + np.arange(1000, dtype=np.int64) * 2_000_000  # a poll every 2 ms ...
+    mw = 100_000 + (np.arange(1000) // 50) * 1000  # ... a new value every 100 ms
+    tt, pw, info = gs.readings_for_fit(_run_with_instant(t, mw, t0, int(t[-1])),
+                                       PowerField.INSTANT)
+    assert info["timestamps"].startswith("query time")
+    assert len(tt) == 20 and np.diff(tt).tolist() == [100_000_000] * 19
+    assert pw[:2].tolist() == [100.0, 101.0]
+    # timestamps on another clock (say µs since boot): nothing to fit against the host clock
+    tt, _, info = gs.readings_for_fit(_run_with_instant(t - t0 + 10**15, mw, t0, int(t[-1])),
+                                      PowerField.INSTANT)
+    assert len(tt) == 0 and info["timestamps"].startswith("not on the host realtime clock")
