@@ -381,7 +381,8 @@ def name_pointers(buf: bytes | memoryview | npt.NDArray[np.uint8], runs: Runs,
 
 
 _KERNEL_KINDS = {int(AK.KERNEL), int(AK.CONCURRENT_KERNEL)}
-_NAMED_KINDS = _KERNEL_KINDS | {int(AK.MARKER)}
+NAMED_KINDS = frozenset(_KERNEL_KINDS | {int(AK.MARKER)})
+_NAMED_KINDS = NAMED_KINDS
 _API_KINDS = {int(AK.RUNTIME), int(AK.DRIVER)}
 
 

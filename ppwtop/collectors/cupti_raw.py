@@ -107,10 +107,59 @@ def load_libcupti() -> ctypes.CDLL:
 
 
 class NameCache:
-    """Pointer -> name, filled by ``string_at`` only for pointers not seen before."""
+    """Pointer -> name, filled by ``string_at`` only for pointers not seen before.
 
-    def __init__(self) -> None:
+    :meth:`scan` first tries a walk-free check: every 8-byte-aligned word whose low half is a
+    named kind (CONCURRENT_KERNEL, KERNEL, MARKER) is treated as a possible record start and
+    the word at that kind's ``name`` offset as a possible pointer.  Every real record is among
+    these candidates, so if all candidate pointers are already known (the steady state) the
+    buffer has no new names and no walk is needed.  Otherwise (a new name, or a field that
+    happens to look like a kind) the buffer is walked properly; ``string_at`` is only ever
+    called on pointers taken from real record boundaries.
+    """
+
+    def __init__(self, layout: Layout = DEFAULT) -> None:
         self.known: dict[int, str] = {}
+        self.layout = layout
+        self._sorted = np.empty(0, dtype=np.int64)
+        self._name_offsets = [
+            (k, int(dt.fields["name"][1])) for k, dt in layout.dtypes.items()
+            if k in cupti_decode.NAMED_KINDS and dt.fields and "name" in dt.fields]
+        self.fast_hits = 0
+        self.walks = 0
+
+    def forget(self, ptrs: Any) -> None:
+        for p in ptrs:
+            self.known.pop(p, None)
+        self._sorted = np.array(sorted(self.known), dtype=np.int64)
+
+    def _all_known(self, data: bytes) -> bool:
+        n8 = len(data) >> 3
+        if n8 == 0:
+            return True
+        words = np.frombuffer(data, dtype="<i8", count=n8)
+        low = words.view("<i4")[0::2]  # the int32 at each 8-aligned offset
+        for kind, name_off in self._name_offsets:
+            at = np.flatnonzero(low == kind) + (name_off >> 3)
+            ptrs = words[at[at < n8]]
+            ptrs = ptrs[ptrs != 0]
+            if len(ptrs) == 0:
+                continue
+            if len(self._sorted) == 0:
+                return False
+            pos = np.searchsorted(self._sorted, ptrs).clip(0, len(self._sorted) - 1)
+            if not bool(np.all(self._sorted[pos] == ptrs)):
+                return False
+        return True
+
+    def scan(self, data: bytes) -> dict[int, str]:
+        """Names first seen in this buffer (pointer -> name)."""
+        if self._all_known(data):
+            self.fast_hits += 1
+            return {}
+        self.walks += 1
+        runs = cupti_decode.walk(data, None, self.layout)
+        return self.new_names(cupti_decode.name_pointers(data, runs, self.layout))
 
     def new_names(self, ptrs: np.ndarray[Any, Any]) -> dict[int, str]:
         out: dict[int, str] = {}
@@ -120,6 +169,8 @@ class NameCache:
                 name = ctypes.string_at(p).decode("utf-8", "replace")
                 known[p] = name
                 out[p] = name
+        if out:
+            self._sorted = np.array(sorted(known), dtype=np.int64)
         return out
 
 
@@ -136,7 +187,7 @@ class RawCollector:
         self.kinds = kinds
         self.resolve_names = resolve_names
         self.stats = RawStats()
-        self.names = NameCache()
+        self.names = NameCache(layout)
         self._live: dict[int, ctypes.Array[ctypes.c_uint8]] = {}  # address -> buffer
         self._free: list[ctypes.Array[ctypes.c_uint8]] = []
         self._lock = threading.Lock()
@@ -221,9 +272,7 @@ class RawCollector:
                                                        ctypes.pointer(dropped))
             names: dict[int, str] = {}
             if self.resolve_names and data:
-                runs = cupti_decode.walk(data, None, self.layout)
-                names = self.names.new_names(cupti_decode.name_pointers(data, runs,
-                                                                        self.layout))
+                names = self.names.scan(data)
                 self.stats.names_resolved += len(names)
             st = self.stats
             st.buffers += 1
@@ -234,7 +283,6 @@ class RawCollector:
                             names, self._seq)
             if not self.sink(raw):
                 st.dropped_buffers += 1
-                for p in names:  # resend these names with a later buffer
-                    self.names.known.pop(p, None)
+                self.names.forget(names)  # resend these names with a later buffer
         except Exception:  # never raise into libcupti
             self.stats.callback_errors += 1
