@@ -79,19 +79,24 @@ def _try(fn: Callable[..., Any], *args: Any) -> Any:
 def environment(ctx: Context) -> dict[str, Any]:
     ctx.fake_nvml()
     out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
-    pynvml.nvmlInit()
     try:
-        out["driver_version"] = _try(pynvml.nvmlSystemGetDriverVersion)
-        out["cuda_driver_version"] = _try(pynvml.nvmlSystemGetCudaDriverVersion_v2)
-        out["nvml_version"] = _try(pynvml.nvmlSystemGetNVMLVersion)
-        gpus = []
-        for i in range(int(pynvml.nvmlDeviceGetCount())):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            gpus.append({"index": i, "name": _try(pynvml.nvmlDeviceGetName, h),
-                         "uuid": _try(pynvml.nvmlDeviceGetUUID, h)})
-        out["gpus"] = gpus
-    finally:
-        pynvml.nvmlShutdown()
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        out["nvml_error"] = f"{type(e).__name__}: {e}"
+        out["gpus"] = []
+    else:
+        try:
+            out["driver_version"] = _try(pynvml.nvmlSystemGetDriverVersion)
+            out["cuda_driver_version"] = _try(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+            out["nvml_version"] = _try(pynvml.nvmlSystemGetNVMLVersion)
+            gpus = []
+            for i in range(int(pynvml.nvmlDeviceGetCount())):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                gpus.append({"index": i, "name": _try(pynvml.nvmlDeviceGetName, h),
+                             "uuid": _try(pynvml.nvmlDeviceGetUUID, h)})
+            out["gpus"] = gpus
+        finally:
+            pynvml.nvmlShutdown()
     libs: dict[str, Any] = {}
     for mod in ("torch", "cupy", "cupti", "pynvml", "numpy"):
         try:
@@ -111,8 +116,10 @@ def environment(ctx: Context) -> dict[str, Any]:
         out["nvidia_smi"] = nvidia_smi()
         out["smi_poll"] = smi_poll(3.0)
     names = [g["name"] for g in out["gpus"]]
-    out["summary"] = (f"driver {out['driver_version']}, {len(names)} GPU(s) {names}, "
+    out["summary"] = (f"driver {out.get('driver_version')}, {len(names)} GPU(s) {names}, "
                       f"torch {libs.get('torch')}, cupy {libs.get('cupy')}")
+    if "nvml_error" in out:  # recorded above, with the libraries and nvidia-smi
+        out["error"] = out["nvml_error"]
     return out
 
 

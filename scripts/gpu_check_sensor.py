@@ -270,15 +270,22 @@ class RealRig:
         self.kind = ""
         self._mm: Callable[[], Any]
         self._sync: Callable[[], Any]
+        why: list[str] = []
         try:
             self._torch(device)
-        except ImportError:
+        except ImportError as e:
+            why.append(f"torch: {e}")
             try:
                 self._cupy(device)
-            except ImportError:
+            except ImportError as e2:
+                why.append(f"cupy: {e2}")
                 from gpu_check_cuda import DriverLoad
 
-                load = DriverLoad(device, launch_ms=0.25)
+                try:
+                    load = DriverLoad(device, launch_ms=0.25)
+                except Exception as e3:
+                    raise RuntimeError(f"no GPU load available ({'; '.join(why)}; CUDA "
+                                       f"driver: {type(e3).__name__}: {e3})") from e3
                 self._mm, self._sync, self.kind = load.launch, load.sync, load.kind
         self._mm()
         self._sync()

@@ -215,3 +215,36 @@ def test_query_time_stamps_are_deduplicated_on_value() -> None:
     tt, _, info = gs.readings_for_fit(_run_with_instant(t - t0 + 10**15, mw, t0, int(t[-1])),
                                       PowerField.INSTANT)
     assert len(tt) == 0 and info["timestamps"].startswith("not on the host realtime clock")
+
+
+def test_fit_tolerates_noise_and_edge_jitter() -> None:
+    rng = np.random.default_rng(7)
+    st, en = gs.square_schedule([37.0, 61.0, 173.0], 5.0)(0)
+    # the "true" edges the GPU produced are up to 1 ms late; the fit only knows st/en
+    st_true = st + rng.integers(0, 1_000_000, len(st))
+    en_true = en + rng.integers(0, 1_000_000, len(en))
+    t = np.arange(1_500_000_000, 15_500_000_000, 100_000_000, dtype=np.int64) + 41_000_000
+    w, d = 25_000_000, 1_500_000
+    frac = (gs.on_time_before(t - d, st_true, en_true)
+            - gs.on_time_before(t - d - w, st_true, en_true)) / w
+    fit = gs.fit_window_lag(t, 75 + 500 * frac + rng.normal(0, 5, len(t)), st, en)
+    assert abs(fit["window_ms"] - 25.0) <= 2.0
+    assert abs(fit["lag_ms"] - 2.0) <= 2.0  # 1.5 ms plus the mean 0.5 ms edge delay
+    assert 3.0 < fit["rms_w"] < 15.0
+
+
+def test_without_a_gpu_every_section_fails_cleanly(tmp_path: Path) -> None:
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("a GPU is present: this test is for machines without one")
+    out = tmp_path / "f.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--budget-s", "40",
+                        "--only", "environment,sensor,energy,overhead"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = _load(out)
+    assert doc["status"] == "complete" and doc["fake"] is False
+    sec = doc["sections"]
+    assert set(sec) == {"environment", "sensor", "energy", "overhead"}
+    assert "error" in sec["environment"] and "error" in sec["sensor"]
+    assert sec["energy"]["skipped"].startswith("no sensor run")
+    assert "Traceback" not in r.stdout + r.stderr
