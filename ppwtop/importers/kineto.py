@@ -95,8 +95,6 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
         raise InputError(
             path, "not a Kineto/Chrome trace (traceEvents holds non-objects)") from None
     api_ev = groups["cuda_runtime"] + groups["cuda_driver"] + groups["Runtime"]
-    if any(isinstance(e.get("name"), str) and e["name"].startswith("hip") for e in api_ev):
-        raise _amd(path)
 
     legacy = any(groups[c] for c in kc.LEGACY_CATS)
     base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
@@ -111,6 +109,8 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
     copies = run(kc.copies, kc.COPY_CATS, "memcpy")
     memsets = run(kc.memsets, kc.MEMSET_CATS, "memset")
     apis = kc.tolerant(kc.apis, api_ev, strings, base_ns, what="runtime/driver", notes=notes)
+    if any(strings[int(i)].startswith("hip") for i in np.unique(apis.name_id)):
+        raise _amd(path)  # ROCm runtime calls (hipLaunchKernel, ...) under cuda_runtime
     host_ev = groups["user_annotation"] + [e for c in kc.STEP_CATS
                                            for e in kc.step_ops(groups[c])]
     host = kc.tolerant(
