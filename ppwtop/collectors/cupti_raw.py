@@ -125,6 +125,8 @@ class NameCache:
         self._name_offsets = [
             (k, int(dt.fields["name"][1])) for k, dt in layout.dtypes.items()
             if k in cupti_decode.NAMED_KINDS and dt.fields and "name" in dt.fields]
+        kinds = [k for k, _ in self._name_offsets] or [0]
+        self._lo, self._hi = min(kinds), max(kinds)
         self.fast_hits = 0
         self.walks = 0
 
@@ -138,9 +140,12 @@ class NameCache:
         if n8 == 0:
             return True
         words = np.frombuffer(data, dtype="<i8", count=n8)
-        low = words.view("<i4")[0::2]  # the int32 at each 8-aligned offset
+        low = words.view("<u4")[0::2]  # the kind-sized word at each 8-aligned offset
+        # one pass for all named kinds: candidates in [lo, hi], then split by kind
+        cand = np.flatnonzero((low - np.uint32(self._lo)) <= np.uint32(self._hi - self._lo))
+        cand_kinds = low[cand]
         for kind, name_off in self._name_offsets:
-            at = np.flatnonzero(low == kind) + (name_off >> 3)
+            at = cand[cand_kinds == kind] + (name_off >> 3)
             ptrs = words[at[at < n8]]
             ptrs = ptrs[ptrs != 0]
             if len(ptrs) == 0:
