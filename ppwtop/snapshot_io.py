@@ -6,6 +6,7 @@ Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:
         raise InputError(p, f"cannot write: {e.strerror or e}") from None
 
 
-def read_snapshot(path: str | Path) -> Snapshot:
+def read_input_bytes(path: str | Path) -> bytes:
+    """The bytes of an input file, gunzipped when it is gzip; problems become InputError."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -47,13 +49,25 @@ def read_snapshot(path: str | Path) -> Snapshot:
         raise InputError(p, "is a directory, not a file") from None
     except OSError as e:
         raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise InputError(p, f"truncated or corrupt gzip ({e})") from None
+    return raw
+
+
+def read_snapshot(path: str | Path) -> Snapshot:
+    """Read a ``ppwtop.snapshot/1`` file (``.json`` or ``.json.gz``)."""
+    p = Path(path)
+    raw = read_input_bytes(p)
     try:
         d = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise InputError(p, f"not JSON: {e}") from None
     if not isinstance(d, dict):
-        raise InputError(p, "not a ppwtop snapshot (top level is not an object)")
+        raise InputError(p, "not a ppwtop.snapshot/1 file (top level is not an object)")
     try:
         return Snapshot.from_dict(d)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         raise InputError(p, str(e)) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ppwtop.cli.common import parser
-from ppwtop.cli.show import load_snapshot
+from ppwtop.snapshot_io import read_snapshot as load_snapshot
 
 
 def main(argv: list[str]) -> int:

@@ -7,18 +7,17 @@ The comparison itself is :func:`attribution.diff.diff`.
 
 from __future__ import annotations
 
-import gzip
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import orjson
 
 from attribution.diff import DiffResult, diff
 from attribution.owners import OwnerMap, load_owners
-from attribution.snapshot import Snapshot
 from ppwtop.cli.common import parser, positive_float
 from ppwtop.errors import InputError, Regression
+from ppwtop.snapshot_io import read_input_bytes, read_snapshot
 
 TOP_MECHANISMS = 5
 
@@ -58,47 +57,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def read_snapshot(path: str | Path) -> Snapshot:
-    """Read a snapshot file (``.json`` or ``.json.gz``); InputError naming what is wrong."""
-    data = _read_bytes(path)
-    try:
-        doc: Any = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise InputError(path, f"not JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise InputError(path, "not a ppwtop.snapshot/1 file (top level is not an object)")
-    try:
-        return Snapshot.from_dict(doc)
-    except ValueError as e:
-        raise InputError(path, str(e)) from None
-
-
 def read_owners(path: str | Path) -> OwnerMap:
-    data = _read_bytes(path)
+    data = read_input_bytes(path)
     try:
         return load_owners(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise InputError(path, "owners file is not UTF-8 text") from None
     except ValueError as e:
         raise InputError(path, str(e)) from None
-
-
-def _read_bytes(path: str | Path) -> bytes:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(path, f"cannot read ({e.strerror or e})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise InputError(path, f"corrupt gzip ({e})") from None
-    return data
 
 
 def _unit(result: DiffResult) -> str:

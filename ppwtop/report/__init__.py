@@ -7,39 +7,18 @@ The content is built in :mod:`.model` and rendered by :mod:`.markdown` / :mod:`.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError, PpwtopError
+from ppwtop.snapshot_io import read_snapshot
 
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     """Read a ``ppwtop.snapshot/1`` file (.json or .json.gz) with the project's reader."""
-    reader: Any = None
-    if not _is_gzip(path):  # ppwtop diff's reader also takes .json.gz
-        try:
-            reader = importlib.import_module("ppwtop.snapshot_io").read_snapshot
-        except (ImportError, AttributeError):
-            reader = None
-    if reader is None:
-        reader = importlib.import_module("ppwtop.cli.diff").read_snapshot
-    snap = reader(path)
-    if not isinstance(snap, Snapshot):
-        raise InputError(path, "not a ppwtop.snapshot/1 file")
-    return snap
-
-
-def _is_gzip(path: str | Path) -> bool:
-    try:
-        with Path(path).open("rb") as f:
-            return f.read(2) == b"\x1f\x8b"
-    except OSError:
-        return False  # the reader names the problem
-
+    return read_snapshot(path)
 
 def report_format(out: str | Path) -> str:
     """'markdown' or 'html' from the output file's suffix; PpwtopError otherwise."""
