@@ -120,3 +120,25 @@ def test_device_name_from_the_power_log(tmp_path: Path) -> None:
     pw = Trace(devices=[DeviceInfo(0, "NVIDIA A100-SXM4-80GB"), DeviceInfo(1, "other")])
     _fill_device_names(tr, pw)
     assert [d.name for d in tr.devices] == ["NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"]
+
+
+def test_garbage_csv_rows_are_skipped_counted_and_reported(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    sim = tmp_path / "sim"
+    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "4",
+                 "--out", str(sim)]) == 0
+    lines = (sim / "power.csv").read_text().splitlines()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([*lines[:5], "garbage,row", "2026/13/45 99:99:99.000, 0, x, y",
+                              *lines[5:]]) + "\n")
+    out = tmp_path / "snap.json"
+    capsys.readouterr()
+    assert main(["attribute", "--trace", str(sim / "trace.json.gz"), "--power", str(bad),
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    snap = read_snapshot(out)
+    skipped = [w for w in snap.warnings if "skipped 2 unparsable row" in w]
+    assert skipped, snap.warnings
+    assert "skipped 2 unparsable row" in err
+    assert snap.totals.energy_j > 0

@@ -66,6 +66,12 @@ def _fill_device_names(trace: Trace, power: Trace) -> None:
                      else d for d in trace.devices]
 
 
+def _import_notes(path: str, trace: Trace) -> list[str]:
+    """What the importer noted about a file (skipped rows, ignored events), as warnings."""
+    notes = trace.meta.get("notes") or []
+    return [f"{path}: {n}" for n in notes if isinstance(n, str)]
+
+
 def main(argv: list[str]) -> int:
     p = parser("attribute", "Offline attribution of a trace (+ power log) to a snapshot JSON.")
     p.add_argument("--trace", required=True, metavar="FILE",
@@ -88,9 +94,10 @@ def main(argv: list[str]) -> int:
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
     trace = load_trace(a.trace)
-    warnings: list[str] = []
+    warnings: list[str] = _import_notes(a.trace, trace)
     if a.power is not None:
         power = load_power(a.power, tz=a.power_tz)
+        warnings += _import_notes(a.power, power)
         win = trace_window(trace)
         if win is not None:
             try:
@@ -98,10 +105,8 @@ def main(argv: list[str]) -> int:
             except ValueError as e:
                 raise InputError(a.power, str(e)) from None
             if shift:
-                msg = (f"power log {a.power} shifted by {shift / 3.6e12:+.2f} h to overlap "
-                       "the trace (time-zone mix-up? pass --power-tz)")
-                print(f"ppwtop: warning: {msg}", file=sys.stderr)
-                warnings.append(msg)
+                warnings.append(f"power log {a.power} shifted by {shift / 3.6e12:+.2f} h to "
+                                "overlap the trace (time-zone mix-up? pass --power-tz)")
                 power = _shift_power(power, shift)
         _fill_device_names(trace, power)
         trace = trace.merged_with(power)
@@ -110,7 +115,7 @@ def main(argv: list[str]) -> int:
     meta.update({"trace": str(a.trace), "power": a.power, "owners": a.owners,
                  "power_tz": a.power_tz})
     snap = dataclasses.replace(snap, warnings=tuple(warnings) + snap.warnings, meta=meta)
-    for w in snap.warnings[len(warnings):]:
+    for w in snap.warnings:
         print(f"ppwtop: warning: {w}", file=sys.stderr)
     write_snapshot(snap, a.output)
     t = snap.totals
