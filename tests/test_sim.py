@@ -290,3 +290,103 @@ def test_span_energy_is_window_minus_lead_and_tail(varied: SimResult) -> None:
     assert span is not None
     assert (tr.span_start_ns, tr.span_end_ns) == (span[0] - tr.clock_offset_ns,
                                                   span[1] - tr.clock_offset_ns)
+
+
+@pytest.fixture(scope="module")
+def offset_run() -> SimResult:
+    res = simulate("varied_mix", "a100", 6.0, seed=2)
+    assert res.truth.clock_offset_ns > 1_200_000  # the checks below need a visible offset
+    return res
+
+
+def test_trace_times_are_host_times_plus_the_offset(offset_run: SimResult) -> None:
+    """After a long idle gap, the true power (host clock) stays at P_idle until the item's trace
+    start minus the offset and rises right after it; with the opposite sign it would already be
+    up well before the 'start'."""
+    res, truth = offset_run, offset_run.truth
+    t, p = res.true_power
+    dt = int(t[1] - t[0])
+    s = np.sort(np.concatenate([res.trace.kernels.start_ns, res.trace.copies.start_ns]))
+    e = np.sort(np.concatenate([res.trace.kernels.end_ns, res.trace.copies.end_ns]))
+    gap = s[1:] - np.maximum.accumulate(e)[:-1]
+    ts = s[1:][gap > 5_000_000]  # items after > 5 ms of GPU idle
+    assert len(ts) > 5
+    off = truth.clock_offset_ns
+
+    def before_after(host_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = (host_start - t[0]) // dt
+        return p[i - 1] - truth.active_idle_w, p[i + 2] - truth.active_idle_w
+
+    pre, post = before_after(ts - off)
+    assert np.all(np.abs(pre) < 0.5)  # the decay left from before the gap
+    assert np.all(post > 5.0)
+    wrong_pre, _ = before_after(ts + off)
+    assert np.all(wrong_pre > 5.0)
+
+
+def test_effective_lag_aligns_readings_with_trace_time(offset_run: SimResult) -> None:
+    """Readings (host time, taken as they are) equal window means of the true power mapped onto
+    the trace axis at lag ``effective_lag_ms`` = lag − offset, not at lag + offset."""
+    res, truth = offset_run, offset_run.truth
+    field = next(f for f in PowerField if f.label == truth.default_field)
+    sm = truth.sensors[truth.default_field]
+    pw = res.trace.power
+    m = pw.fresh & (pw.field == int(field))
+    t_k = pw.t_ns[m]
+    y_w = pw.power_mw[m] / 1000.0 / truth.gain
+    t, p = res.true_power
+    dt = int(t[1] - t[0])
+    t_trace = t + truth.clock_offset_ns  # bin starts on the trace axis
+    cum = np.concatenate([[0.0], np.cumsum(p) * dt * 1e-9])
+
+    def integral(x_ns: np.ndarray) -> np.ndarray:
+        return np.interp((x_ns - t_trace[0]) / dt, np.arange(len(cum)), cum)
+
+    inside = (t_k > truth.window_start_ns + 100_000_000) & (
+        t_k < truth.window_end_ns - 100_000_000)
+
+    def window_means(lag_ms: float) -> np.ndarray:
+        hi = t_k[inside] - round(lag_ms * 1e6)
+        lo = hi - round(sm["window_ms"] * 1e6)
+        return (integral(hi) - integral(lo)) / (sm["window_ms"] * 1e-3)
+
+    assert truth.effective_lag_ms == pytest.approx(
+        truth.lag_ms - truth.clock_offset_ns / 1e6)
+    err = np.abs(window_means(truth.effective_lag_ms) - y_w[inside])
+    assert err.max() < 0.01  # mW rounding only
+    wrong = np.abs(window_means(truth.lag_ms + truth.clock_offset_ns / 1e6) - y_w[inside])
+    assert wrong.max() > 20 * err.max() + 0.1
+    assert truth.to_dict()["effective_lag_ms"] == truth.effective_lag_ms
+
+
+def _mean_step_j(seed: int, workload_seed: int | None = None) -> float:
+    res = simulate("varied_mix", "a100", 20.0, seed=seed, workload_seed=workload_seed)
+    return float(res.truth.step_energy_j.mean())
+
+
+def test_seeds_rerun_one_workload_with_fresh_noise() -> None:
+    a = simulate("varied_mix", "a100", 20.0, seed=0)
+    b = simulate("varied_mix", "a100", 20.0, seed=1)
+    assert a.truth.workload_seed == b.truth.workload_seed == 0
+    assert a.trace.meta["workload_seed"] == 0
+    # fresh noise: the realisation differs
+    assert len(a.trace.kernels) != len(b.trace.kernels) or not np.array_equal(
+        a.trace.kernels.end_ns - a.trace.kernels.start_ns,
+        b.trace.kernels.end_ns - b.trace.kernels.start_ns)
+    assert a.truth.clock_offset_ns != b.truth.clock_offset_ns
+    ea, eb = float(a.truth.step_energy_j.mean()), float(b.truth.step_energy_j.mean())
+    assert abs(ea / eb - 1.0) < 0.03
+    # the class mix is the same job's (time shares within a few points)
+    def shares(r: SimResult) -> dict[str, float]:
+        tot = sum(r.truth.class_time_s.values())
+        return {k: v / tot for k, v in r.truth.class_time_s.items()}
+    sa, sb = shares(a), shares(b)
+    assert max(abs(sa[k] - sb[k]) for k in sa) < 0.03
+    # another workload_seed is another job: a different phase mix
+    c = simulate("varied_mix", "a100", 20.0, seed=0, workload_seed=1)
+    assert c.truth.workload_seed == 1
+    sc = shares(c)
+    assert max(abs(sa[k] - sc[k]) for k in sa) > 2 * max(abs(sa[k] - sb[k]) for k in sa)
+    # explicit default equals implicit default
+    d = simulate("varied_mix", "a100", 20.0, seed=1, workload_seed=0)
+    assert np.array_equal(d.trace.kernels.start_ns, b.trace.kernels.start_ns)

@@ -45,12 +45,13 @@ from attribution.sim.sensor import SensorSetup, clocks, sense, setup
 from attribution.sim.truth import Truth
 from attribution.sim.workload import GAP_CAUSES, GAP_STALL, Timeline, build_timeline
 
-__all__ = ["DEVICE_NAMES", "SCENARIOS", "SimResult", "Truth", "simulate"]
+__all__ = ["DEFAULT_WORKLOAD_SEED", "DEVICE_NAMES", "SCENARIOS", "SimResult", "Truth", "simulate"]
 
 T0_NS = 1_768_471_200_000_000_000  # 2026-01-15T10:00:00Z
 LEAD_NS = 2_500_000_000  # grid before the window (the 1 s average field needs history)
 TRAIL_NS = 1_500_000_000
 PID = 31337
+DEFAULT_WORKLOAD_SEED = 0  # the workload every seed of a scenario realises unless told otherwise
 
 DEVICE_NAMES = {
     "v100": ("Tesla V100-SXM2-32GB", 34_089_730_048, 80, "7.0"),
@@ -75,8 +76,14 @@ class SimResult:
 
 
 def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: float = 90.0,
-             seed: int = 0) -> SimResult:
-    """Simulate ``seconds`` of a scenario on a GPU preset (default: the scenario's own)."""
+             seed: int = 0, workload_seed: int | None = None) -> SimResult:
+    """Simulate ``seconds`` of a scenario on a GPU preset (default: the scenario's own).
+
+    ``workload_seed`` (default :data:`DEFAULT_WORKLOAD_SEED`) draws the workload definition:
+    the phase schedule and each phase's kernel-class mix.  ``seed`` draws one realisation of
+    it: per-instance class picks, durations and ΔP, gaps, copies, the sensor's phase, gain and
+    jitter, the CUPTI clock offset.  Two seeds of one workload are the same job re-run.
+    """
     if scenario not in SCENARIOS:
         raise KeyError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
     if not seconds >= 1.0:
@@ -86,7 +93,8 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     rng = np.random.default_rng([seed, zlib.crc32(f"{scenario}/{preset.key}".encode())])
     t0 = T0_NS
     dyn_w = preset.tdp_w - preset.active_idle_w
-    tl = build_timeline(spec, rng, t0, seconds, dyn_w)
+    wseed = DEFAULT_WORKLOAD_SEED if workload_seed is None else int(workload_seed)
+    tl = build_timeline(spec, rng, t0, seconds, dyn_w, workload_seed=wseed)
     # true power
     g0 = t0 - LEAD_NS
     n_bins = (tl.window_end_ns + TRAIL_NS - g0) // GRID_DT_NS
@@ -108,7 +116,8 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     trace.power, trace.energy, trace.clocks = power, energy, clk
     name, mem, sms, cc = DEVICE_NAMES[preset.key]
     trace.devices = [DeviceInfo(0, name, f"GPU-sim-{preset.key}-{seed:08d}", mem, sms, cc)]
-    trace.meta.update({"scenario": scenario, "seed": seed, "gpu": preset.key,
+    trace.meta.update({"scenario": scenario, "seed": seed, "workload_seed": wseed,
+                       "gpu": preset.key,
                        "source": "simulator", "format": "sim"})
     in_win = (t_grid >= tl.window_start_ns) & (t_grid < tl.window_end_ns)
     extras = float(tail[in_win].sum() * GRID_DT_NS * 1e-9)
@@ -121,7 +130,7 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     span_j = (preset.active_idle_w * (span[1] - span[0]) * 1e-9 + truth.dynamic_energy_j
               + tail_span_j)
     truth = dataclasses.replace(truth, span_start_ns=span[0], span_end_ns=span[1],
-                                span_energy_j=span_j)
+                                span_energy_j=span_j, workload_seed=wseed)
     return SimResult(trace, truth, (t_grid, power_w))
 
 

@@ -49,11 +49,17 @@ class Truth:
     span_end_ns: int = 0
     span_energy_j: float = 0.0  # true energy over the GPU span (window minus lead/tail idle)
     notes: list[str] = dataclasses.field(default_factory=list)
+    workload_seed: int = 0  # the workload definition this run realises (see simulate)
 
     @property
     def effective_lag_ms(self) -> float:
-        """Lag an engine fitting readings against trace times should find."""
-        return self.lag_ms + self.clock_offset_ns / 1e6
+        """Lag an engine fitting readings against trace times should find.
+
+        Reading times are host time and are used as they are on the trace axis.  A reading
+        published at ``t`` averages host times ``[t − D − W, t − D]``, which are trace times
+        ``[t − (D − off) − W, t − (D − off)]`` (trace = host + off): the lag is ``D − off``.
+        """
+        return self.lag_ms - self.clock_offset_ns / 1e6
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

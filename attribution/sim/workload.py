@@ -9,6 +9,7 @@ applied later, when the trace is assembled).
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 
@@ -65,9 +66,22 @@ def _lognormal(rng: np.random.Generator, median: F64 | float, sigma: float,
     return np.asarray(median * np.exp(sigma * rng.standard_normal(shape)), dtype=np.float64)
 
 
-def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: float
-                ) -> dict[str, np.ndarray]:
-    """Rectangular (steps × slots) arrays: copies first, then kernels."""
+def _plan_rngs(spec: ScenarioSpec, workload_seed: int) -> tuple[np.random.Generator, ...]:
+    """Generators of the workload definition: one per quantity, so each draw depends only on
+    the scenario and ``workload_seed`` (never on the instance seed or on how many steps)."""
+    tag = zlib.crc32(f"workload/{spec.name}".encode())
+    return tuple(np.random.default_rng([workload_seed, tag, j]) for j in range(3))
+
+
+def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: float,
+                workload_seed: int = 0) -> dict[str, np.ndarray]:
+    """Rectangular (steps × slots) arrays: copies first, then kernels.
+
+    The phase schedule (phase lengths, each phase's class mix, fixed-pattern repeats) is the
+    workload definition and comes from ``workload_seed``; everything per instance (which class
+    each slot runs, durations, ΔP jitter, gaps, copies) comes from ``rng``.
+    """
+    len_rng, mix_rng, rep_rng = _plan_rngs(spec, workload_seed)
     k = spec.kernels_per_step
     ncls = len(spec.classes)
     med = np.array([c.median_us for c in spec.classes]) * US
@@ -78,10 +92,10 @@ def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: flo
     grouped = {i for g in spec.fixed_groups for i in g}
     free = np.array([i for i in range(ncls) if i not in grouped], dtype=np.int64)
     lo, hi = spec.phase_steps
-    lens = rng.integers(lo, hi + 1, size=n // lo + 2)
+    lens = len_rng.integers(lo, hi + 1, size=n // lo + 2)
     phase = np.repeat(np.arange(len(lens)), lens)[:n]
     if spec.dirichlet_alpha > 0 and len(free) > 1:
-        mix = rng.dirichlet(np.full(len(free), spec.dirichlet_alpha), size=len(lens))
+        mix = mix_rng.dirichlet(np.full(len(free), spec.dirichlet_alpha), size=len(lens))
         mix = 0.05 / len(free) + 0.95 * mix  # every class keeps some exposure
     else:
         mix = np.full((len(lens), max(len(free), 1)), 1.0 / max(len(free), 1))
@@ -94,7 +108,7 @@ def _draw_steps(spec: ScenarioSpec, rng: np.random.Generator, n: int, dyn_w: flo
     k_on = np.ones((n, k), dtype=bool)
     if nfix:
         cls[:, :nfix] = np.tile(np.asarray(spec.fixed_pattern), r_hi)[None, :]
-        reps = rng.integers(r_lo, r_hi + 1, size=len(lens))[phase]
+        reps = rep_rng.integers(r_lo, r_hi + 1, size=len(lens))[phase]
         k_on[:, :nfix] = np.arange(nfix)[None, :] < (reps * unit)[:, None]
     if nvar > 0:
         u = rng.random((n, nvar))
@@ -195,7 +209,7 @@ def _phase_lock(spec: ScenarioSpec, flat: dict[str, np.ndarray], t0: int) -> Non
 
 
 def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, seconds: float,
-                   dyn_w: float) -> Timeline:
+                   dyn_w: float, *, workload_seed: int = 0) -> Timeline:
     t_end = t0 + round(seconds * 1e9)
     k = spec.kernels_per_step
     mean_us = float(np.mean([c.median_us for c in spec.classes]))
@@ -205,7 +219,7 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
         est_step_ns = spec.step_period_ms * MS
     n = int(seconds * 1e9 / est_step_ns * 1.4) + 4
     while True:
-        flat = _flatten_with_step_gaps(spec, rng, _draw_steps(spec, rng, n, dyn_w))
+        flat = _flatten_with_step_gaps(spec, rng, _draw_steps(spec, rng, n, dyn_w, workload_seed))
         if spec.step_period_ms > 0:
             _phase_lock(spec, flat, t0)
         start, end = _layout(t0, flat["gap"], flat["dur"])
