@@ -1,0 +1,203 @@
+"""`ppwtop serve`: the Prometheus collector on hand-built snapshots, and an end-to-end scrape
+of `serve --demo` over loopback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from attribution.snapshot import (
+    CopyRow,
+    GpuInfo,
+    IdleRow,
+    KernelRow,
+    SensorInfo,
+    Snapshot,
+    Totals,
+    Window,
+)
+from ppwtop.cli.main import main as cli_main
+from ppwtop.cli.serve import parse_hostport
+from ppwtop.errors import PpwtopError
+from ppwtop.exporters.prometheus import EnergyCollector, clamp_seconds
+
+
+def _kernel(name: str, e: float, gpu: int = 0) -> KernelRow:
+    return KernelRow(name=name, gpu=gpu, calls=3, time_s=0.1, energy_j=e, dynamic_energy_j=e / 2,
+                     dynamic_energy_ci_j=(0.0, e), avg_power_w=e / 0.1, resolvable=True,
+                     precision="bf16")
+
+
+def _snap(gemm_j: float, copy_j: float, idle_j: float, *, duration_s: float = 2.0,
+          extra: dict[str, object] | None = None) -> Snapshot:
+    total = gemm_j + 1.0 + copy_j + idle_j
+    return Snapshot(
+        gpus=(GpuInfo(0, "NVIDIA H100", "h100", SensorInfo("instant", 100, 25, 1.5)),),
+        window=Window(0, int(duration_s * 1e9)),
+        totals=Totals(energy_j=total, kernel_energy_j=gemm_j + 1.0, copy_energy_j=copy_j,
+                      idle_energy_j=idle_j, active_idle_w=60.0, measured_energy_j=total / 1.02,
+                      closure_error=0.02),
+        kernels=(_kernel("gemm", gemm_j), _kernel("softmax", 1.0)),
+        copies=(CopyRow("HtoD", "pinned", 0, 4, 1 << 20, 0.01, copy_j, copy_j / 2),),
+        idle=(IdleRow("launch_gap", 0, 0.2, idle_j, 7),),
+        steps=None,
+        extra=extra or {},
+    )
+
+
+def _samples(collector: EnergyCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse the collector's exposition text back, keyed by (sample name, sorted labels)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    text = generate_latest(reg).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))
+
+
+def test_collector_values_and_labels() -> None:
+    c = EnergyCollector()
+    c.update(_snap(10.0, 4.0, 6.0, extra={"clamps": [{"reason": "sw_thermal", "seconds": 0.5}]}))
+    s = _samples(c)
+    e = "ppwtop_energy_joules_total"
+    assert s[_key(e, gpu="0", kind="kernel", **{"class": "gemm"})] == 10.0
+    assert s[_key(e, gpu="0", kind="kernel", **{"class": "softmax"})] == 1.0
+    assert s[_key(e, gpu="0", kind="copy", **{"class": "HtoD/pinned"})] == 4.0
+    assert s[_key(e, gpu="0", kind="idle", **{"class": "launch_gap"})] == 6.0
+    assert s[_key("ppwtop_energy_total_joules_total", gpu="0")] == 21.0
+    # mean power over the window: 21 J / 2 s
+    assert s[_key("ppwtop_power_watts", gpu="0")] == pytest.approx(10.5)
+    assert s[_key("ppwtop_active_idle_watts", gpu="0")] == 60.0
+    assert s[_key("ppwtop_closure_error", gpu="0")] == pytest.approx(0.02)
+    assert s[_key("ppwtop_clamp_seconds", gpu="0", reason="sw_thermal")] == 0.5
+
+
+def test_counters_accumulate_tumbling_windows() -> None:
+    c = EnergyCollector()
+    c.update(_snap(10.0, 4.0, 6.0))
+    before = _samples(c)
+    c.update(_snap(3.0, 0.5, 2.0, duration_s=1.0))
+    after = _samples(c)
+    e = "ppwtop_energy_joules_total"
+    assert after[_key(e, gpu="0", kind="kernel", **{"class": "gemm"})] == 13.0
+    assert after[_key(e, gpu="0", kind="idle", **{"class": "launch_gap"})] == 8.0
+    assert after[_key("ppwtop_energy_total_joules_total", gpu="0")] == 21.0 + 6.5
+    for k, v in before.items():
+        if k[0].endswith("_total"):
+            assert after[k] >= v, k
+    # gauges follow the latest window only: 6.5 J over 1 s
+    assert after[_key("ppwtop_power_watts", gpu="0")] == pytest.approx(6.5)
+
+
+def test_cumulative_mode_never_decreases() -> None:
+    c = EnergyCollector()
+    c.update(_snap(10.0, 4.0, 6.0), cumulative=True)
+    c.update(_snap(9.0, 5.0, 6.0), cumulative=True)  # a slightly lower re-estimate of gemm
+    assert c.energy_j("0", "kernel", "gemm") == 10.0
+    assert c.energy_j("0", "copy", "HtoD/pinned") == 5.0
+
+
+def test_negative_energy_adds_nothing_and_power_now_wins() -> None:
+    c = EnergyCollector()
+    c.update(_snap(10.0, 4.0, 6.0))
+    c.update(_snap(-2.0, 0.0, 0.0, extra={"power_now_w": 321.0}))
+    assert c.energy_j("0", "kernel", "gemm") == 10.0
+    assert _samples(c)[_key("ppwtop_power_watts", gpu="0")] == 321.0
+
+
+def test_empty_collector_and_missing_clamps() -> None:
+    s = _samples(EnergyCollector())
+    assert not any(k[0].startswith("ppwtop_energy") for k in s)
+    c = EnergyCollector()
+    c.update(_snap(1.0, 1.0, 1.0))
+    assert not any(k[0] == "ppwtop_clamp_seconds" for k in _samples(c))
+
+
+def test_clamp_shapes() -> None:
+    assert clamp_seconds({"a": 1.5, "b": {"time_s": 2}}) == {"a": 1.5, "b": 2.0}
+    assert clamp_seconds([{"reason": "x", "duration_s": 1}, {"reason": "x", "seconds": 2},
+                          {"energy_j": 3}, "junk"]) == {"x": 3.0}
+    assert clamp_seconds(None) == {} and clamp_seconds("junk") == {}
+
+
+@pytest.mark.parametrize("text", ["nope", "host:", ":80", "h:0", "h:65536", "h:x"])
+def test_bad_hostport(text: str) -> None:
+    with pytest.raises(PpwtopError):
+        parse_hostport(text)
+    assert parse_hostport("[::1]:9464") == ("::1", 9464)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--prometheus", "nope", "--demo"],
+    ["--prometheus", "127.0.0.1:9464"],
+    ["--prometheus", "127.0.0.1:9464", "--pid", "1"],
+    ["--prometheus", "127.0.0.1:9464", "--", "sleep", "1"],
+    ["--demo"],
+])
+def test_bad_args_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["serve", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppwtop: error:") and "\n" not in err
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _scrape(port: int) -> str:
+    url = f"http://127.0.0.1:{port}/metrics"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+    with opener.open(url, timeout=2) as r:
+        return str(r.read().decode())
+
+
+def test_serve_demo_end_to_end() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ppwtop", "serve", "--prometheus", f"127.0.0.1:{port}", "--demo",
+         "--seconds", "6", "--interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        texts: list[str] = []
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                text = _scrape(port)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            if 'kind="kernel"' in text:
+                texts.append(text)
+                if len(texts) >= 2:
+                    break
+            time.sleep(1.2)
+        assert len(texts) >= 2, proc.communicate()[1] if proc.poll() is not None else "no data"
+        totals = []
+        for text in texts:
+            fams = {f.name: f for f in text_string_to_metric_families(text)}
+            kernels = [s for s in fams["ppwtop_energy_joules"].samples
+                       if s.name == "ppwtop_energy_joules_total" and s.labels["kind"] == "kernel"]
+            assert kernels and all(s.labels["class"] and s.value > 0 for s in kernels)
+            assert any("gemm" in s.labels["class"] for s in kernels)
+            totals.append(fams["ppwtop_energy_total_joules"].samples[0].value)
+            power = fams["ppwtop_power_watts"].samples[0].value
+            assert 20.0 < power < 1000.0  # an H100 board, not joules or milliwatts
+        assert totals[1] >= totals[0] > 0
+    finally:
+        rc = proc.wait(timeout=15)
+    assert rc == 0
