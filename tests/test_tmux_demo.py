@@ -1,0 +1,121 @@
+"""`ppwtop demo` in a real terminal: tmux at 160x48 and 100x30, keys s / space / q; and
+`ppwtop replay` running to the end of a recording ("target disconnected", data kept).
+
+Skipped when tmux is not installed.  Each size gets its own tmux server (``-L``), killed in
+a ``finally`` whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+REPO = Path(__file__).resolve().parent.parent
+KERNEL_MARKS = ("flash_fwd", "gemm", "SoftMax", "layer_norm")  # demo scenario kernels
+
+
+class Tmux:
+    def __init__(self, width: int, height: int) -> None:
+        self.socket = f"ppwtop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.width, self.height = width, height
+
+    def cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert TMUX is not None
+        return subprocess.run([TMUX, "-L", self.socket, "-f", "/dev/null", *args],
+                              capture_output=True, text=True, timeout=10, check=check)
+
+    def start(self, command: str) -> None:
+        self.cmd("new-session", "-d", "-s", "t", "-x", str(self.width), "-y",
+                 str(self.height), "-c", str(REPO), command)
+
+    def capture(self) -> str:
+        return self.cmd("capture-pane", "-p", "-t", "t").stdout
+
+    def alive(self) -> bool:
+        return self.cmd("has-session", "-t", "t", check=False).returncode == 0
+
+    def keys(self, *keys: str) -> None:
+        self.cmd("send-keys", "-t", "t", *keys)
+
+    def wait_for(self, ok: Callable[[str], bool], timeout_s: float, what: str) -> str:
+        deadline = time.monotonic() + timeout_s
+        text = ""
+        while time.monotonic() < deadline:
+            if not self.alive():
+                pytest.fail(f"ppwtop exited while waiting for {what}; last screen:\n{text}")
+            text = self.capture()
+            if ok(text):
+                return text
+            time.sleep(0.2)
+        pytest.fail(f"timed out after {timeout_s} s waiting for {what}; screen:\n{text}")
+
+    def kill(self) -> None:
+        self.cmd("kill-server", check=False)
+
+
+@pytest.mark.parametrize(("width", "height"), [(160, 48), (100, 30)])
+def test_demo_in_tmux(width: int, height: int) -> None:
+    t = Tmux(width, height)
+    try:
+        # started from a non-tty, tmux hands the pane COLUMNS=80 LINES=24, which textual
+        # would believe over the real pane size
+        t.start(f"env -u COLUMNS -u LINES {sys.executable} -m ppwtop demo --seconds 30")
+        screen = t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 15.0, "a kernel row")
+        lines = screen.splitlines()
+        assert len(lines) <= height and all(len(ln) <= width for ln in lines)
+        # header, kernels table, footer keys
+        assert lines[0].lstrip().startswith("ppwtop")
+        assert "sort: energy" in screen
+        assert "kernels" in screen and "energy J" in screen
+        footer = lines[-1]
+        for key in ("q quit", "space pause", "s sort"):
+            assert key in footer, footer
+        # 's' cycles the sort key (energy -> time), shown in the header
+        t.keys("s")
+        screen = t.wait_for(lambda s: "sort: time" in s, 5.0, "sort: time")
+        assert "sort: energy" not in screen
+        # space pauses
+        t.keys("Space")
+        screen = t.wait_for(lambda s: "paused" in s.splitlines()[0], 5.0, "paused")
+        # q quits: the session (whose only process is ppwtop) ends
+        t.keys("q")
+        deadline = time.monotonic() + 5.0
+        while t.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not t.alive(), "ppwtop did not exit on 'q'"
+    finally:
+        t.kill()
+
+
+def test_replay_in_tmux_ends_disconnected(tmp_path: Path) -> None:
+    from attribution.sim import simulate
+    from ppwtop.recording import write_recording
+
+    rec = tmp_path / "demo.ppw"
+    write_recording(rec, simulate("demo", "h100", 10, seed=0).trace)
+    t = Tmux(120, 36)
+    try:
+        # 10 s recording, replay starts 2 s in, at 8x: the end comes after about 1 s
+        t.start(f"env -u COLUMNS -u LINES {sys.executable} -m ppwtop replay {rec} --speed 8")
+        screen = t.wait_for(lambda s: "target disconnected" in s, 15.0, "target disconnected")
+        assert "replay demo.ppw" in screen.splitlines()[0]
+        # the last data is kept on screen
+        screen = t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 5.0, "a kernel row")
+        assert "so far" in screen  # header line 2 still shows the last totals
+        t.keys("q")
+        deadline = time.monotonic() + 5.0
+        while t.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not t.alive(), "ppwtop replay did not exit on 'q'"
+    finally:
+        t.kill()
