@@ -82,11 +82,11 @@ def test_demo_in_tmux(width: int, height: int) -> None:
             assert key in footer, footer
         # 's' cycles the sort key (energy -> time), shown in the header
         t.keys("s")
-        screen = t.wait_for(lambda s: "sort: time" in s, 5.0, "sort: time")
+        screen = t.wait_for(lambda s: "sort: time" in s, 15.0, "sort: time")
         assert "sort: energy" not in screen
         # space pauses
         t.keys("Space")
-        screen = t.wait_for(lambda s: "paused" in s.splitlines()[0], 5.0, "paused")
+        screen = t.wait_for(lambda s: "paused" in s.splitlines()[0], 15.0, "paused")
         # q quits: the session (whose only process is ppwtop) ends
         t.keys("q")
         deadline = time.monotonic() + 15.0
@@ -110,7 +110,7 @@ def test_replay_in_tmux_ends_disconnected(tmp_path: Path) -> None:
         screen = t.wait_for(lambda s: "target disconnected" in s, 45.0, "target disconnected")
         assert "replay demo.ppw" in screen.splitlines()[0]
         # the last data is kept on screen
-        screen = t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 5.0, "a kernel row")
+        screen = t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 15.0, "a kernel row")
         assert "so far" in screen  # header line 2 still shows the last totals
         t.keys("q")
         deadline = time.monotonic() + 15.0
