@@ -2,7 +2,7 @@
 
 Expected counts and spans are recomputed here independently with plain ``json`` + ``gzip`` and
 exact rational arithmetic (``fractions.Fraction``), and a few are checked against the literal
-values in /work/shared/data/real/README.md.
+values in the shared data set (data/real beside the project)/README.md.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_counts_span_device_match_reference(path: Path) -> None:
 
 
 def test_readme_literals() -> None:
-    """Values from /work/shared/data/real/README.md's tables."""
+    """Values from the shared data set (data/real beside the project)/README.md's tables."""
     legacy = load_kineto(LEGACY)
     assert (len(legacy.kernels), len(legacy.copies), len(legacy.memsets)) == (8772, 12, 312)
     assert legacy.meta["schema"] == "legacy"
