@@ -40,19 +40,17 @@ def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
     return simulate, attribute
 
 
-class DemoFeed:
-    """A :class:`~ppwtop.tui.feed.SnapshotFeed` over a simulated run."""
+class TraceFeed:
+    """A :class:`~ppwtop.tui.feed.SnapshotFeed` replaying a Trace in wall-clock time.
 
-    def __init__(self, scenario: str = "demo", gpu: str = "h100", seconds: float = 60.0, *,
-                 seed: int = 0, horizon_s: float = 15.0, refresh_s: float = 0.5,
-                 speed: float = 1.0, n_boot: int = 100,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        simulate, self._attribute = _engine()
-        try:
-            res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
-        except (KeyError, ValueError) as e:
-            raise PpwtopError(str(e.args[0] if e.args else e)) from None
-        tr: Trace = res.trace
+    ``gpu`` None lets the engine pick the preset from the recorded device name.
+    """
+
+    def __init__(self, trace: Trace, *, label: str, gpu: str | None = None,
+                 horizon_s: float = 15.0, refresh_s: float = 0.5, speed: float = 1.0,
+                 n_boot: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+        _, self._attribute = _engine()
+        tr = trace
         self.trace = tr
         self.gpu = gpu
         self.horizon_ns = int(horizon_s * 1e9)
@@ -60,7 +58,7 @@ class DemoFeed:
         self.speed = speed
         self.n_boot = n_boot
         self._clock = clock
-        self._label = f"demo ({scenario} on {gpu})"
+        self._label = label
         self._sorted: dict[str, Columns] = {}
         for name in _ITEM_BATCHES:
             self._sorted[name] = getattr(tr, name).sorted_by("start_ns")
@@ -171,3 +169,20 @@ class DemoFeed:
     @property
     def label(self) -> str:
         return self._label
+
+
+class DemoFeed(TraceFeed):
+    """A :class:`TraceFeed` over a freshly simulated run (``ppwtop demo``)."""
+
+    def __init__(self, scenario: str = "demo", gpu: str = "h100", seconds: float = 60.0, *,
+                 seed: int = 0, horizon_s: float = 15.0, refresh_s: float = 0.5,
+                 speed: float = 1.0, n_boot: int = 100,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        simulate, _ = _engine()
+        try:
+            res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
+        except (KeyError, ValueError) as e:
+            raise PpwtopError(str(e.args[0] if e.args else e)) from None
+        super().__init__(res.trace, label=f"demo ({scenario} on {gpu})", gpu=gpu,
+                         horizon_s=horizon_s, refresh_s=refresh_s, speed=speed,
+                         n_boot=n_boot, clock=clock)
