@@ -136,3 +136,19 @@ def test_kineto_round_trip_through_the_importer(out: Path) -> None:
     assert np.array_equal(np.sort(got.apis.kind), np.sort(want.apis.kind))
     assert np.array_equal(np.sort(got.markers.start_ns), want.markers.start_ns)
     assert got.devices[0].name == "NVIDIA A100-SXM4-80GB"
+
+
+def test_workload_seed_flag_reaches_the_simulator(tmp_path: Path) -> None:
+    def truth(*extra: str) -> dict[str, object]:
+        d = tmp_path / "_".join(extra or ("default",))
+        assert main(["--scenario", "varied_mix", "--gpu", "a100", "--seconds", "3",
+                     "--out", str(d), *extra]) == 0
+        doc: dict[str, object] = orjson.loads((d / "truth.json").read_bytes())
+        return doc
+
+    default, explicit, other = truth(), truth("--workload-seed", "0"), truth("--workload-seed",
+                                                                               "5")
+    assert default["workload_seed"] == explicit["workload_seed"] == 0
+    assert other["workload_seed"] == 5
+    assert default["class_dynamic_j"] == explicit["class_dynamic_j"]
+    assert other["class_dynamic_j"] != default["class_dynamic_j"]

@@ -26,7 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"GPU preset: {', '.join(PRESETS)} (default: the scenario's own)")
     p.add_argument("--seconds", type=positive_float, default=30.0,
                    help="simulated wall time in seconds (1 to 900, default 30)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of this run's realisation and sensor noise (default 0)")
+    p.add_argument("--workload-seed", type=int, default=None, metavar="N",
+                   help="seed of the workload definition (phases, mix); default: the "
+                        "scenario's fixed workload, so other --seed values re-run the same job")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     return p
 
@@ -48,7 +52,7 @@ def main(argv: list[str]) -> int:
         raise InputError(out, "exists and is not a directory")
     t = time.perf_counter()
     res = simulate(args.scenario, args.gpu.strip().lower() if args.gpu else None,
-                   args.seconds, args.seed)
+                   args.seconds, args.seed, workload_seed=args.workload_seed)
     try:
         paths = write_all(res, out)
     except OSError as e:
