@@ -6,7 +6,6 @@ Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import orjson
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
+from ppwtop.fileio import read_bytes
 
 
 def _default(obj: Any) -> Any:
@@ -38,29 +38,10 @@ def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:
         raise InputError(p, f"cannot write: {e.strerror or e}") from None
 
 
-def read_input_bytes(path: str | Path) -> bytes:
-    """The bytes of an input file, gunzipped when it is gzip; problems become InputError."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise InputError(p, f"truncated or corrupt gzip ({e})") from None
-    return raw
-
-
 def read_snapshot(path: str | Path) -> Snapshot:
     """Read a ``ppwtop.snapshot/1`` file (``.json`` or ``.json.gz``)."""
     p = Path(path)
-    raw = read_input_bytes(p)
+    raw = read_bytes(p)
     try:
         d = orjson.loads(raw)
     except orjson.JSONDecodeError as e:

@@ -17,7 +17,8 @@ from attribution.diff import DiffResult, diff
 from attribution.owners import OwnerMap, load_owners
 from ppwtop.cli.common import parser, positive_float
 from ppwtop.errors import InputError, Regression
-from ppwtop.snapshot_io import read_input_bytes, read_snapshot
+from ppwtop.fileio import read_bytes
+from ppwtop.snapshot_io import read_snapshot
 
 TOP_MECHANISMS = 5
 
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
 
 
 def read_owners(path: str | Path) -> OwnerMap:
-    data = read_input_bytes(path)
+    data = read_bytes(path)
     try:
         return load_owners(data.decode("utf-8"))
     except UnicodeDecodeError:

@@ -14,6 +14,7 @@ from pathlib import Path
 from attribution.model import Trace
 from ppwtop.cli.common import parser
 from ppwtop.errors import InputError
+from ppwtop.fileio import read_head
 
 SNAPSHOT_TAG = b'"ppwtop.snapshot/1"'
 
@@ -21,15 +22,7 @@ SNAPSHOT_TAG = b'"ppwtop.snapshot/1"'
 def is_snapshot(path: str | Path) -> bool:
     """True when the file is a ppwtop snapshot (its schema tag sits in the first bytes)."""
     p = Path(path)
-    try:
-        with p.open("rb") as f:
-            head = f.read(65536)
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read ({e.strerror or e})") from None
+    head = read_head(p, 65536)
     if head[:2] == b"\x1f\x8b":
         try:
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 65536)

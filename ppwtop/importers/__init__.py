@@ -12,24 +12,16 @@ from pathlib import Path
 
 from attribution.model import Trace
 from ppwtop.errors import InputError
+from ppwtop.fileio import GZIP_MAGIC, read_head
 
 PPW_MAGIC = b"PPWREC"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def sniff(path: str | Path) -> str:
     """The format of a file: 'kineto', 'nsys', 'smi_csv' or 'ppw'."""
     p = Path(path)
-    try:
-        with p.open("rb") as f:
-            head = f.read(64)
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    head = read_head(p, 64)
     if not head:
         raise InputError(p, "file is empty")
     if head.startswith(PPW_MAGIC):

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import functools
 import gc
-import gzip
 import math
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +30,9 @@ import orjson
 
 from attribution.model import DeviceInfo, MarkerKind, StringTable, Trace
 from ppwtop.errors import InputError
+from ppwtop.fileio import read_bytes
 from ppwtop.importers import kineto_columns as kc
 
-GZIP_MAGIC = b"\x1f\x8b"
 _AMD_NAME = re.compile(r"\bAMD\b|Instinct|Radeon|\bMI\d{3}|gfx\d", re.IGNORECASE)
 NO_GPU_NOTE = "no GPU events (kernels, memcpy, memset) in the trace: nothing to attribute"
 
@@ -42,19 +40,7 @@ NO_GPU_NOTE = "no GPU events (kernels, memcpy, memset) in the trace: nothing to 
 def read_document(path: str | Path) -> dict[str, Any]:
     """The decoded top-level JSON object; InputError for anything that is not one."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error):
-            raise InputError(p, "truncated or corrupt gzip") from None
+    raw = read_bytes(p)
     if not raw.strip():
         raise InputError(p, "file is empty")
     try:

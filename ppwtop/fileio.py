@@ -1,0 +1,48 @@
+"""Reading input files: every read problem becomes one :class:`InputError` naming the file.
+
+Owns the error wording for missing, directory, unreadable and corrupt-gzip inputs, so the
+importers, the snapshot reader, the owners file and the exporters all say the same thing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from ppwtop.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_bytes(path: str | Path, *, gunzip: bool = True) -> bytes:
+    """The file's bytes, decompressed when it is gzip (and ``gunzip``)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    if gunzip and raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error):
+            raise InputError(p, "truncated or corrupt gzip") from None
+    return raw
+
+
+def read_head(path: str | Path, n: int) -> bytes:
+    """The first ``n`` bytes of the file (for format sniffing)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            return f.read(n)
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(p, "is a directory, not a file") from None
+    except OSError as e:
+        raise InputError(p, f"cannot read: {e.strerror or e}") from None
