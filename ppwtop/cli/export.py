@@ -70,15 +70,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("--snapshot", metavar="SNAPSHOT",
                    help="for a trace: give each record its class's energy from this snapshot "
                         "(class energy x duration share) instead of the engine's")
+    p.add_argument("--power-split", action="store_true",
+                   help="for a trace: share the measured board power among the records "
+                        "running at each instant (the naive split, no sensor model) instead "
+                        "of the engine's attribution, e.g. to compare the two")
     args = p.parse_args(argv)
 
     from ppwtop.exporters.perfetto import export_snapshot, export_trace, write_perfetto
     from ppwtop.report import load_snapshot
 
     if is_snapshot(args.input):
-        for opt, val in (("--snapshot", args.snapshot), ("--power", args.power)):
+        for opt, val in (("--snapshot", args.snapshot), ("--power", args.power),
+                         ("--power-split", args.power_split)):
             if val:
-                raise InputError(val, f"{opt} only applies when INPUT is a trace")
+                raise InputError(args.input, f"{opt} only applies when INPUT is a trace")
         doc = export_snapshot(load_snapshot(args.input), source=str(args.input))
     else:
         from ppwtop.importers import load_trace
@@ -87,7 +92,7 @@ def main(argv: list[str]) -> int:
         trace = load_trace(args.input)
         if args.power:
             trace = _with_power(trace, args.power, args.power_tz)
-        doc = export_trace(trace, snap, source=str(args.input))
+        doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)
     write_perfetto(doc, args.perfetto)
     md = doc["metadata"]
     n = sum(1 for e in doc["traceEvents"] if e["ph"] != "M")
