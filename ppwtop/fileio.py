@@ -6,8 +6,10 @@ importers, the snapshot reader, the owners file and the exporters all say the sa
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from ppwtop.errors import InputError
@@ -15,17 +17,24 @@ from ppwtop.errors import InputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_bytes(path: str | Path, *, gunzip: bool = True) -> bytes:
-    """The file's bytes, decompressed when it is gzip (and ``gunzip``)."""
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[Path]:
+    """Open/read ``path`` inside the block; OS errors become one :class:`InputError`."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        yield p
     except FileNotFoundError:
         raise InputError(p, "no such file") from None
     except IsADirectoryError:
         raise InputError(p, "is a directory, not a file") from None
     except OSError as e:
         raise InputError(p, f"cannot read: {e.strerror or e}") from None
+
+
+def read_bytes(path: str | Path, *, gunzip: bool = True) -> bytes:
+    """The file's bytes, decompressed when it is gzip (and ``gunzip``)."""
+    with reading(path) as p:
+        raw = p.read_bytes()
     if gunzip and raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
@@ -36,13 +45,5 @@ def read_bytes(path: str | Path, *, gunzip: bool = True) -> bytes:
 
 def read_head(path: str | Path, n: int) -> bytes:
     """The first ``n`` bytes of the file (for format sniffing)."""
-    p = Path(path)
-    try:
-        with p.open("rb") as f:
-            return f.read(n)
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(p, "is a directory, not a file") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
+    with reading(path) as p, p.open("rb") as f:
+        return f.read(n)

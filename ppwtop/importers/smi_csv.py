@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from attribution.model import ClockBatch, DeviceInfo, PowerBatch, PowerField, Trace
 from ppwtop.errors import InputError
+from ppwtop.fileio import read_bytes
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -54,13 +55,9 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     """Read an nvidia-smi CSV log; naive timestamps are local time in ``tz`` (see module doc)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8", errors="strict")
-    except FileNotFoundError:
-        raise InputError(p, "no such file") from None
+        text = read_bytes(p, gunzip=False).decode("utf-8", errors="strict")
     except UnicodeDecodeError:
         raise InputError(p, "not a text CSV file (invalid UTF-8)") from None
-    except OSError as e:
-        raise InputError(p, f"cannot read: {e.strerror or e}") from None
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     header_raw = next(reader, None)
     if not header_raw:

@@ -21,6 +21,7 @@ import orjson
 
 from attribution.model import Columns, DeviceInfo, StringTable, Trace
 from ppwtop.errors import InputError
+from ppwtop.fileio import reading
 from ppwtop.recording import format as fmt
 
 _DEVICE_FIELDS = frozenset(f.name for f in dataclasses.fields(DeviceInfo))
@@ -52,19 +53,11 @@ class RecordingReader:
     # -- header -------------------------------------------------------------------------------
 
     def _open(self) -> None:
-        p = self.path
-        try:
-            with p.open("rb") as f:
-                size = f.seek(0, 2)
-                if size == 0:
-                    raise InputError(p, "file is empty")
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise InputError(p, "no such file") from None
-        except IsADirectoryError:
-            raise InputError(p, "is a directory, not a file") from None
-        except OSError as e:
-            raise InputError(p, f"cannot read: {e.strerror or e}") from None
+        with reading(self.path) as p, p.open("rb") as f:
+            size = f.seek(0, 2)
+            if size == 0:
+                raise InputError(p, "file is empty")
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._size = size
         mm = self._mm
         head = mm[:fmt.FILE_PREFIX.size]
