@@ -392,7 +392,10 @@ def _temperature_factor(
 
 
 def mechanism_energies(s: Snapshot) -> dict[str, float]:
-    """Energy per mechanism name (rows of all GPUs summed), in joules over the window."""
+    """Energy per mechanism name (rows of all GPUs summed), in joules over the window.
+
+    ``clamp.<reason>`` entries come from ``extra["clamps"]``; where an entry names the kernels
+    its joules were taken from (``by_kernel_j``), they are taken out of those kernel rows."""
     out: dict[str, float] = {}
 
     def add(name: str, e: float) -> None:
@@ -407,6 +410,15 @@ def mechanism_energies(s: Snapshot) -> dict[str, float]:
         add(f"idle.{i.cause}", i.energy_j)
     for reason, e in _clamps(s.extra.get("clamps")):
         add(f"clamp.{reason}", e)
+    # a clamp's cost sits inside the stretched kernels' rows: move it, so the parts still add up
+    raw = s.extra.get("clamps")
+    for item in raw if isinstance(raw, list) else ():
+        moved = item.get("by_kernel_j") if isinstance(item, Mapping) else None
+        if isinstance(moved, Mapping):
+            for name, e in moved.items():
+                key = f"kernel:{name}"
+                if key in out and isinstance(e, int | float) and not isinstance(e, bool):
+                    out[key] -= float(e)
     return out
 
 
