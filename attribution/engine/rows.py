@@ -137,6 +137,8 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         "fit_rms_w": {str(r.device): r.rms_w for r in arrays.devices},
         "active_idle_ci_w": {str(r.device): list(r.p_idle_ci_w) for r in arrays.devices},
         "source": trace.meta.get("source"),
+        "gpu_uuids": {str(d.index): d.uuid for d in trace.devices if d.uuid
+                      and d.index in {r.device for r in arrays.devices}},
     }
     kernels_t, copies_t = tuple(rows_by_energy(kernels)), tuple(rows_by_energy(copies))
     ranking = rank(RankInputs(trace, arrays, kernels_t, copies_t, tuple(idle_rows), total),
