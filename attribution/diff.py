@@ -282,7 +282,7 @@ def _per_second(
 def _fit_warnings(a: Snapshot, b: Snapshot) -> list[str]:
     """A side whose power fit is much worse than the other's: its kernel/copy split is not
     to be trusted (the engine's one-ΔP-per-class model breaks under a clock clamp)."""
-    out = []
+    out: list[str] = []
     ra, rb = _max_meta(a.meta, "fit_rms_w"), _max_meta(b.meta, "fit_rms_w")
     if ra is None or rb is None:
         return out
