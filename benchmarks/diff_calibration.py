@@ -21,7 +21,7 @@ On the simulator (``varied_mix`` on an A100, ``--seconds`` per run, default 12):
 Run from the repository root (2 worker processes at most)::
 
     python benchmarks/diff_calibration.py [--seconds 12] [--same 40] [--injected 6]
-                                           [--workers 2] [--out FILE]
+        [--long-pairs N --long-seconds 48] [--workers 2] [--no-suite] [--out FILE]
 
 Prints tables and writes ``benchmarks/diff_calibration_results.json``.
 """
@@ -110,7 +110,7 @@ def _suite(job: tuple[str, float]) -> dict[str, Any]:
     eng = [i.mechanism for i in snap.inefficiencies]
     est = {i.mechanism: i.energy_j for i in snap.inefficiencies}
     top_t = sorted(truth, key=lambda m: -truth[m])[:3]
-    errs = [abs(est.get(m, 0.0) - truth[m]) / truth[m] for m in top_t]
+    errs = {m: (est.get(m, 0.0) - truth[m]) / truth[m] for m in top_t}
     return {"scenario": name, "top3_overlap": top_overlap(eng, truth), "engine_top3": eng[:3],
             "truth_top3": top_t, "top1_agrees": bool(eng[:1] == top_t[:1]),
             "truth_top3_rel_err": errs}
@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--injected", type=int, default=6, help="pairs per injected mechanism")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-suite", action="store_true")
+    ap.add_argument("--long-pairs", type=int, default=0,
+                    help="extra same-config one-board pairs of --long-seconds each")
+    ap.add_argument("--long-seconds", type=float, default=48.0)
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parent / "diff_calibration_results.json")
     a = ap.parse_args(argv)
@@ -134,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [("base", s + SEED_OFFSET, a.seconds, one) for s in range(a.same)]
     jobs += [("base", s, a.seconds, True) for s in range(a.same, a.injected)]
     jobs += [(v, s + SEED_OFFSET, a.seconds, True) for v in variants for s in range(a.injected)]
+    long_jobs = [("base", s + o, a.long_seconds, True) for s in range(a.long_pairs)
+                 for o in (2 * SEED_OFFSET, 3 * SEED_OFFSET)]
     t0 = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         runs = {k: (snap, w) for k, snap, w in pool.imap_unordered(_run, jobs)}
+        long_runs = {k: snap for k, snap, _ in pool.imap_unordered(_run, long_jobs)}
         suite = [] if a.no_suite else pool.map(_suite, [(n, 15.0) for n in SCENARIOS])
     wall = time.perf_counter() - t0
 
@@ -146,8 +152,16 @@ def main(argv: list[str] | None = None) -> int:
             d = diff(runs[("base", s, one)][0], runs[("base", s + SEED_OFFSET, one)][0], seed=s)
             same[key].append({"seed": s, "verdict": d.verdict, "rel_delta": d.relative_delta,
                               "rel_ci": d.relative_delta_ci})
+    long_rows = []
+    for s in range(a.long_pairs):
+        d = diff(long_runs[("base", s + 2 * SEED_OFFSET, True)],
+                 long_runs[("base", s + 3 * SEED_OFFSET, True)], seed=s)
+        long_rows.append({"seed": s, "verdict": d.verdict, "rel_delta": d.relative_delta,
+                          "rel_ci": d.relative_delta_ci})
+    if long_rows:
+        same["one_board_long"] = long_rows
     inj: dict[str, Any] = {}
-    for v, (_, expect) in variants.items():
+    for v, (_, expect) in variants.items() if a.injected else ():
         rows = []
         for s in range(a.injected):
             d = diff(runs[("base", s, True)][0], runs[(v, s + SEED_OFFSET, True)][0], seed=s)
@@ -167,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{v:<14} {r['expect'][:22]:<22} {r['verdict_right']:>10.0%} {r['top_right']:>7.0%} "
               f"{r['median_rel_delta']:>+9.1%}")
     for k, r in rates.items():
-        print(f"same-config pairs ({k}): {a.same}; false regression {r['regression']:.1%}, "
+        print(f"same-config pairs ({k}): {len(same[k])}; false regression {r['regression']:.1%}, "
               f"false improvement {r['improvement']:.1%}, neutral {r['neutral']:.1%}, "
               f"inconclusive {r['inconclusive']:.1%}")
     if suite:
@@ -177,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(r['engine_top3'])} | {', '.join(r['truth_top3'])}")
         mean = sum(r["top3_overlap"] for r in suite) / len(suite)
         print(f"mean top-3 overlap {mean:.2f}")
-    print(f"\nwall {wall:.0f} s with {workers} workers; per run "
-          f"{sorted(w for _, w in runs.values())[len(runs) // 2]:.2f} s median")
+    per_run = sorted(w for _, w in runs.values())
+    print(f"\nwall {wall:.0f} s with {workers} workers"
+          + (f"; per run {per_run[len(per_run) // 2]:.2f} s median" if per_run else ""))
     out = {"date": datetime.date.today().isoformat(), "seconds": a.seconds, "gpu": GPU,
            "base": BASE, "injected": inj, "same_config": {"pairs": same, "rates": rates},
            "suite": suite, "wall_s": wall}

@@ -16,7 +16,7 @@ from attribution.sim import SCENARIOS, simulate
 from attribution.snapshot import KernelRow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_diff import make_snapshot  # noqa: E402
+from test_diff import make_snapshot
 
 
 def _pair(uuid_a: str | None, uuid_b: str | None, shift: float = 0.0) -> tuple[object, object]:

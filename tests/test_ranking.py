@@ -212,7 +212,7 @@ def launch_bound() -> tuple[Any, Any]:
 
 
 def test_launch_bound_run_ranks_launch_gaps_and_storms(launch_bound: tuple[Any, Any]) -> None:
-    sim, snap = launch_bound
+    _, snap = launch_bound
     mech = [i.mechanism for i in snap.inefficiencies]
     assert mech[0] == "idle.launch_gap"
     assert "storm.tiny_kernels" in mech and "precision.fp32" in mech
