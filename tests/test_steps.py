@@ -132,3 +132,25 @@ def test_cli_step_range_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     snap = read_snapshot(out)
     assert snap.meta["step_range"] == "no_such_range"
     assert snap.steps is not None and snap.steps.sla_compliance is not None
+
+
+def test_step_range_on_a_real_kineto_trace() -> None:
+    """HTA's DDP sample: 5 ProfilerSteps, each with a `## forward ##` user annotation (and its
+    GPU-side projection, which must not double the count)."""
+    from ppwtop.importers import load_trace
+
+    path = (Path(__file__).parent / "data" / "hta" / "tests" / "data" / "ns_resolution_trace"
+            / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    trace = load_trace(str(path))
+    arrays = attribute_arrays(trace, n_boot=20)
+    ps = step_stats(trace, arrays)
+    fwd = step_stats(trace, arrays, step_range="## forward ##")
+    assert ps is not None and fwd is not None
+    mk = trace.markers
+    host = (mk.kind == int(MarkerKind.USER_ANNOTATION)) & np.array(
+        [trace.name(int(i)) == "## forward ##" for i in mk.name_id])
+    assert fwd.count == int(host.sum()) > 0 and fwd.source == "range:## forward ##"
+    # forward passes are shorter than whole steps
+    assert fwd.latency_ms.p50 < ps.latency_ms.p50
+    opt = step_stats(trace, arrays, step_range="Optimizer.step*")
+    assert opt is not None and opt.count > 0 and opt.latency_ms.p50 < ps.latency_ms.p50
