@@ -13,6 +13,9 @@ Method (docs/diff.md says it for users):
   (``(p95 - p50) / 1.645`` as the spread) or, failing that, a conservative relative one.
 * ``energy_per_s`` otherwise (``totals.energy_j / window.duration_s``), its uncertainty from the
   kernel/copy classes' 90 % intervals added in quadrature, floored at a relative 1 %.
+* different boards (``meta["gpu_uuids"]`` known on both sides and different): the interval
+  also holds the two power sensors' gain ratio (``sqrt(2) x gain_sigma`` of the preset, 90 %),
+  in quadrature.
 * verdict: regression when the whole interval is above ``+noise_floor x baseline``, improvement
   when it is below ``-noise_floor x baseline``, neutral when it lies inside ``+-noise_floor``
   (or straddles zero and is no wider than the band), else inconclusive.  A comparability below
@@ -32,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.owners import OwnerMap
+from attribution.presets import PRESETS, get_preset
 from attribution.snapshot import Snapshot
 
 SCHEMA = "ppwtop.diff/1"
@@ -42,6 +46,8 @@ MIN_COMPARABILITY = 0.5
 Z90 = 1.6448536269514722  # two-sided 90 % normal quantile
 REL_UNCERTAINTY = 0.01  # per-side relative 1-sigma floor when there is no series to resample
 STEP_REL_UNCERTAINTY = 0.03  # per-side relative 1-sigma when steps carry no spread at all
+FIT_RMS_RATIO, FIT_RMS_MIN_W = 3.0, 5.0  # a fit residual this much worse is called out
+DEFAULT_GAIN_SIGMA = 0.02  # board gain spread for a GPU model without a preset
 _BOOT_CELLS = 4_000_000  # resampled values held in memory at once
 
 # comparability factors for a mismatch (1.0 when they match or are not recorded)
@@ -61,6 +67,7 @@ class Mechanism:
     baseline_j: float
     candidate_j: float
     owner: str | None = None
+    resolvable: bool = True  # False: a prior-based split on at least one side
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -69,6 +76,7 @@ class Mechanism:
             "share_of_delta": self.share_of_delta,
             "baseline_j": self.baseline_j,
             "candidate_j": self.candidate_j,
+            "resolvable": self.resolvable,
         }
         if self.owner is not None:
             d["owner"] = self.owner
@@ -140,6 +148,7 @@ def diff(
         reasons.append(f"no steps in the {' and '.join(missing)}: metric is energy per second")
         base_v, cand_v, ci, method = _per_second(baseline, candidate, reasons)
     delta = cand_v - base_v
+    ci = _widen_for_boards(baseline, candidate, base_v, cand_v, ci, reasons=reasons)
 
     factors, comp_reasons = comparability_factors(baseline, candidate)
     comparability = float(np.prod(list(factors.values()))) if factors else 1.0
@@ -153,6 +162,7 @@ def diff(
         rel = delta / abs(base_v)
         rel_ci = (ci[0] / abs(base_v), ci[1] / abs(base_v))
     mechs = mechanisms(baseline, candidate, per_step=per_step, owners=owners)
+    reasons.extend(_fit_warnings(baseline, candidate))
     return DiffResult(
         verdict=verdict, metric=metric, baseline=base_v, candidate=cand_v, delta=delta,
         delta_ci=ci, comparability=comparability, mechanisms=mechs, relative_delta=rel,
@@ -267,6 +277,74 @@ def _per_second(
     reasons.append("90% interval from the kernel/copy classes' intervals in quadrature, "
                    f"floored at {REL_UNCERTAINTY:.0%} relative per side (no per-step series)")
     return ra, rb, (d - half, d + half), "class_intervals"
+
+
+def _fit_warnings(a: Snapshot, b: Snapshot) -> list[str]:
+    """A side whose power fit is much worse than the other's: its kernel/copy split is not
+    to be trusted (the engine's one-ΔP-per-class model breaks under a clock clamp)."""
+    out: list[str] = []
+    ra, rb = _max_meta(a.meta, "fit_rms_w"), _max_meta(b.meta, "fit_rms_w")
+    if ra is None or rb is None:
+        return out
+    for name, x, y in (("candidate", rb, ra), ("baseline", ra, rb)):
+        if x > FIT_RMS_RATIO * y and x > FIT_RMS_MIN_W:
+            out.append(f"the {name}'s power fit is poor (residual {x:.1f} W vs {y:.1f} W): its "
+                       "kernel/copy split is unreliable (a clock clamp?); trust idle.* and "
+                       "clamp.* rows and the total")
+    return out
+
+
+def _max_meta(meta: Mapping[str, Any], key: str) -> float | None:
+    raw = meta.get(key)
+    if not isinstance(raw, Mapping):
+        return None
+    vals = [float(v) for v in raw.values()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    return max(vals) if vals else None
+
+
+def board_gain_sigma(a: Snapshot, b: Snapshot) -> float | None:
+    """Relative 1-sigma of the two runs' power-sensor gain ratio when they ran on different
+    boards (``meta["gpu_uuids"]`` known on both sides and not the same set); 0.0 on the same
+    boards; None when either side does not say which boards it ran on."""
+    ua, ub = _uuids(a), _uuids(b)
+    if ua is None or ub is None:
+        return None
+    if ua == ub:
+        return 0.0
+    sig = [get_preset(g.model).gain_sigma if g.model in PRESETS else DEFAULT_GAIN_SIGMA
+           for g in (*a.gpus, *b.gpus)]
+    return math.sqrt(2.0) * max(sig or [DEFAULT_GAIN_SIGMA])
+
+
+def _uuids(s: Snapshot) -> frozenset[str] | None:
+    raw = s.meta.get("gpu_uuids")
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    vals = [str(v) for v in raw.values() if isinstance(v, str) and v]
+    return frozenset(vals) if len(vals) == len(raw) else None
+
+
+def _widen_for_boards(
+    a: Snapshot, b: Snapshot, base: float, cand: float, ci: tuple[float, float], *,
+    reasons: list[str],
+) -> tuple[float, float]:
+    """Each board reads power with its own gain (±5 %, not correctable): comparing two boards
+    adds their gain ratio's spread to the interval, in quadrature with the sampling part."""
+    sig = board_gain_sigma(a, b)
+    if sig is None:
+        reasons.append("the snapshots do not say which boards they ran on: assuming the same "
+                       "board (a different board adds its power-sensor gain, up to ±5 %)")
+        return ci
+    if sig == 0.0:
+        return ci
+    d = cand - base
+    g = Z90 * sig * abs(base)
+    lo = d - math.hypot(d - ci[0], g)
+    hi = d + math.hypot(ci[1] - d, g)
+    reasons.append(f"different boards: the interval includes their power-sensor gain ratio "
+                   f"(±{Z90 * sig:.1%} at 90%)")
+    return lo, hi
 
 
 def _verdict(
@@ -392,7 +470,10 @@ def _temperature_factor(
 
 
 def mechanism_energies(s: Snapshot) -> dict[str, float]:
-    """Energy per mechanism name (rows of all GPUs summed), in joules over the window."""
+    """Energy per mechanism name (rows of all GPUs summed), in joules over the window.
+
+    ``clamp.<reason>`` entries come from ``extra["clamps"]``; where an entry names the kernels
+    its joules were taken from (``by_kernel_j``), they are taken out of those kernel rows."""
     out: dict[str, float] = {}
 
     def add(name: str, e: float) -> None:
@@ -407,6 +488,15 @@ def mechanism_energies(s: Snapshot) -> dict[str, float]:
         add(f"idle.{i.cause}", i.energy_j)
     for reason, e in _clamps(s.extra.get("clamps")):
         add(f"clamp.{reason}", e)
+    # a clamp's cost sits inside the stretched kernels' rows: move it, so the parts still add up
+    raw = s.extra.get("clamps")
+    for item in raw if isinstance(raw, list) else ():
+        moved = item.get("by_kernel_j") if isinstance(item, Mapping) else None
+        if isinstance(moved, Mapping):
+            for name, e in moved.items():
+                key = f"kernel:{name}"
+                if key in out and isinstance(e, int | float) and not isinstance(e, bool):
+                    out[key] -= float(e)
     return out
 
 
@@ -426,13 +516,29 @@ def _clamps(raw: Any) -> Iterable[tuple[str, float]]:
                     yield str(reason), float(e)
 
 
+def mechanism_uncertainty(s: Snapshot) -> dict[str, tuple[float, bool]]:
+    """Per kernel/copy mechanism: (half-width of its 90 % interval in J, resolvable)."""
+    out: dict[str, tuple[float, bool]] = {}
+    rows = [(f"kernel:{k.name}", k.dynamic_energy_ci_j, k.resolvable) for k in s.kernels]
+    rows += [(f"copy:{c.kind}/{c.memory}", c.dynamic_energy_ci_j, c.resolvable)
+             for c in s.copies]
+    for name, ci, ok in rows:
+        half = abs(float(ci[1]) - float(ci[0])) / 2.0
+        h0, ok0 = out.get(name, (0.0, True))
+        out[name] = (math.hypot(h0, half) if math.isfinite(half) else h0, ok0 and bool(ok))
+    return out
+
+
 def mechanisms(
     a: Snapshot, b: Snapshot, *, per_step: bool, owners: OwnerMap | None = None
 ) -> tuple[Mechanism, ...]:
-    """The delta split by mechanism, largest |delta_j| first."""
+    """The delta split by mechanism, largest |delta_j| first -- except that a mechanism the
+    data cannot resolve on either side (a prior-based split) is ordered by the part of its
+    delta beyond its two 90 % half-widths: it tops the list only on the part it is sure of."""
     na, nb = _normaliser(a, per_step), _normaliser(b, per_step)
     ea = {k: v / na for k, v in mechanism_energies(a).items()}
     eb = {k: v / nb for k, v in mechanism_energies(b).items()}
+    ua, ub = mechanism_uncertainty(a), mechanism_uncertainty(b)
     names = sorted(set(ea) | set(eb))
     deltas = {n: eb.get(n, 0.0) - ea.get(n, 0.0) for n in names}
     total = sum(deltas.values())
@@ -442,10 +548,18 @@ def mechanisms(
             share_of_delta=deltas[n] / total if total != 0 else 0.0,
             baseline_j=ea.get(n, 0.0), candidate_j=eb.get(n, 0.0),
             owner=None if owners is None else owners.owner_for(n),
+            resolvable=ua.get(n, (0.0, True))[1] and ub.get(n, (0.0, True))[1],
         )
         for n in names
     ]
-    rows.sort(key=lambda m: (-abs(m.delta_j), m.mechanism))
+
+    def key(m: Mechanism) -> float:
+        if m.resolvable:
+            return abs(m.delta_j)
+        half = ua.get(m.mechanism, (0.0, True))[0] / na + ub.get(m.mechanism, (0.0, True))[0] / nb
+        return max(0.0, abs(m.delta_j) - half)
+
+    rows.sort(key=lambda m: (-key(m), m.mechanism))
     return tuple(rows)
 
 

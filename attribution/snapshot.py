@@ -116,6 +116,8 @@ class Steps:
     step_energy_j: tuple[float, ...] = ()
     step_latency_ms: tuple[float, ...] = ()
     step_items: tuple[float, ...] = ()
+    work_unit: str = "steps"  # what items_per_j_under_sla counts: "items" or "steps"
+    source: str = ""  # "ProfilerStep" | "mark_step" | "range:<name>"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -193,6 +195,8 @@ class Snapshot:
                     step_energy_j=tuple(steps_d.get("step_energy_j", ())),
                     step_latency_ms=tuple(steps_d.get("step_latency_ms", ())),
                     step_items=tuple(steps_d.get("step_items", ())),
+                    work_unit=str(steps_d.get("work_unit", "steps")),
+                    source=str(steps_d.get("source", "")),
                 )
             known = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
                      "inefficiencies", "warnings", "meta"}

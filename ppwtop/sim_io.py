@@ -137,6 +137,7 @@ def smi_csv_text(trace: Trace) -> str:
     ci = np.clip(np.searchsorted(clk.t_ns, t, side="right") - 1, 0, max(len(clk) - 1, 0))
     sm = clk.sm_mhz[ci] if len(clk) else np.zeros(len(t), np.int32)
     temp = clk.temp_c[ci] if len(clk) else np.zeros(len(t), np.float32)
+    why = clk.clock_reasons[ci] if len(clk) else np.zeros(len(t), np.uint64)
     local = (t + _local_offset_ns(t)).astype("datetime64[ns]").astype("datetime64[ms]")
     stamps = [s.replace("-", "/").replace("T", " ") for s in
               np.datetime_as_string(local, unit="ms").tolist()]
@@ -144,12 +145,12 @@ def smi_csv_text(trace: Trace) -> str:
     head = ["timestamp", "index", "name"] + [
         {PowerField.INSTANT: "power.draw.instant [W]", PowerField.DRAW: "power.draw [W]",
          PowerField.AVERAGE: "power.draw.average [W]"}[f] for f in fields] + [
-        "clocks.current.sm [MHz]", "temperature.gpu"]
+        "clocks.current.sm [MHz]", "temperature.gpu", "clocks_event_reasons.active"]
     watts = [[f"{v / 1000:.2f} W" for v in c.tolist()] for c in cols]
     lines = [", ".join(head)]
     for i, s in enumerate(stamps):
-        row = [s, "0", name] + [w[i] for w in watts] + [f"{int(sm[i])} MHz",
-                                                         f"{float(temp[i]):.0f}"]
+        row = [s, "0", name] + [w[i] for w in watts] + [
+            f"{int(sm[i])} MHz", f"{float(temp[i]):.0f}", f"0x{int(why[i]):016X}"]
         lines.append(", ".join(row))
     return "\n".join(lines) + "\n"
 

@@ -31,8 +31,10 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_end_to_end_snapshot(sim_dir: Path, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "snap.json"
+    owners = tmp_path / "owners.toml"
+    owners.write_text('[[owner]]\npattern = "idle.host_*"\nowner = "@input-team"\n')
     rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
-               str(sim_dir / "power.csv"), "--power-tz", "UTC", "--owners", "owners.toml",
+               str(sim_dir / "power.csv"), "--power-tz", "UTC", "--owners", str(owners),
                "-o", str(out)])
     assert rc == 0
     line = capsys.readouterr().out.strip().splitlines()
@@ -45,7 +47,9 @@ def test_end_to_end_snapshot(sim_dir: Path, tmp_path: Path,
              + sum(i.energy_j for i in snap.idle))
     assert t.energy_j > 0 and parts == pytest.approx(t.energy_j, rel=1e-3)
     assert snap.gpus[0].model == "a100" and snap.gpus[0].sensor.field in ("instant", "draw")
-    assert snap.meta["owners"] == "owners.toml"
+    assert snap.meta["owners"] == str(owners)
+    owner = {i.mechanism: i.owner for i in snap.inefficiencies}
+    assert owner["idle.host_stall"] == "@input-team" and owner["idle.sync_wait"] == "unowned"
     # the simulator's truth: attributed total within the ±5 % board gain of the true total
     truth = orjson.loads((sim_dir / "truth.json").read_bytes())
     assert t.energy_j == pytest.approx(truth["total_energy_j"], rel=0.07)

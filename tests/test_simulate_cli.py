@@ -60,11 +60,12 @@ def test_kineto_file_matches_the_trace(out: Path) -> None:
 def test_csv_is_nvidia_smi_format_and_round_trips(out: Path) -> None:
     lines = (out / "power.csv").read_text().splitlines()
     assert lines[0] == ("timestamp, index, name, power.draw.instant [W], power.draw [W], "
-                        "clocks.current.sm [MHz], temperature.gpu")
+                        "clocks.current.sm [MHz], temperature.gpu, clocks_event_reasons.active")
     cells = lines[1].split(", ")
     assert cells[2] == "NVIDIA A100-SXM4-80GB"
     assert cells[3].endswith(" W")
     assert cells[5].endswith(" MHz")
+    assert cells[7].startswith("0x") and len(cells[7]) == 18  # nvidia-smi's 64-bit hex mask
     # 2026-01-15 10:00 UTC is 05:00 in New York: the stamps are local time
     assert cells[0].startswith("2026/01/15 04:59:")
     from ppwtop.importers.smi_csv import load_smi_csv

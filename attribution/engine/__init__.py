@@ -12,13 +12,15 @@ from __future__ import annotations
 from attribution.engine.build import N_BOOT, Arrays, DeviceResult, attribute_arrays
 from attribution.engine.rows import build_snapshot
 from attribution.model import Trace
+from attribution.owners import OwnerMap
 from attribution.snapshot import Snapshot
 
 __all__ = ["Arrays", "DeviceResult", "attribute", "attribute_arrays", "build_snapshot"]
 
 
 def attribute(trace: Trace, *, gpu: str | None = None, sla_ms: float | None = None,
-              n_boot: int = N_BOOT) -> Snapshot:
+              n_boot: int = N_BOOT, step_range: str | None = None,
+              owners: OwnerMap | None = None) -> Snapshot:
     """Attribute a trace's GPU energy to kernels, copies and idle causes."""
     arrays = attribute_arrays(trace, gpu=gpu, n_boot=n_boot)
-    return build_snapshot(trace, arrays, sla_ms=sla_ms)
+    return build_snapshot(trace, arrays, sla_ms=sla_ms, step_range=step_range, owners=owners)

@@ -1,9 +1,10 @@
-"""The engine's snapshot level: rows, totals, steps and a first ranked inefficiency list.
+"""The engine's snapshot level: rows and totals; steps and the ranking come from their modules.
 
 Owns the aggregation of :class:`attribution.engine.build.Arrays` into the contract's
 ``ppwtop.snapshot/1`` dataclasses: one kernel row per name and GPU, one copy row per
-kind/memory/GPU, one idle row per cause/GPU, totals with closure against the energy counter,
-ProfilerStep statistics, and inefficiencies (idle causes and pageable copies by joules).
+kind/memory/GPU, one idle row per cause/GPU, totals with closure against the energy counter.
+Steps are :func:`attribution.steps.step_stats`, the inefficiencies and ``extra["clamps"]`` /
+``extra["precision_mix"]`` are :func:`attribution.ranking.rank`.
 """
 
 from __future__ import annotations
@@ -12,32 +13,23 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
-from attribution.model import F64, MarkerKind, Trace
+from attribution.model import Trace
+from attribution.owners import OwnerMap
 from attribution.precision import precision_of
+from attribution.ranking import RankInputs, rank
 from attribution.snapshot import (
     IDLE_CAUSES,
     CopyRow,
     GpuInfo,
     IdleRow,
-    Inefficiency,
     KernelRow,
-    Quantiles,
     SensorInfo,
     Snapshot,
-    Steps,
     Totals,
     Window,
     rows_by_energy,
 )
-
-_FIX = {
-    "idle.host_stall": ("overlap host work with GPU work (DataLoader workers, pinned memory, "
-                        "prefetch), or batch more work per launch"),
-    "idle.sync_wait": ("remove synchronising calls from the hot loop (.item(), .cpu(), "
-                       "cudaDeviceSynchronize); use events or non-blocking copies"),
-    "idle.launch_gap": "reduce launch overhead: CUDA graphs, torch.compile, fused kernels",
-    "idle.other": "inspect the timeline around these gaps (queue bubbles, dependencies)",
-}
+from attribution.steps import step_stats
 
 
 def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], list[CopyRow]]:
@@ -94,68 +86,10 @@ def _measured_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) ->
     return float(b - a) / 1e3
 
 
-def _steps(trace: Trace, arrays: Arrays, sla_ms: float | None) -> Steps | None:
-    mk = trace.markers
-    m = (mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
-    m &= (mk.start_ns >= arrays.window_start_ns) & (mk.end_ns <= arrays.window_end_ns)
-    if not bool(m.any()):
-        return None
-    s, e = mk.start_ns[m], mk.end_ns[m]
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    dur_s = (e - s).astype(np.float64) * 1e-9
-    energy = np.zeros(len(s))
-    for r in arrays.devices:
-        b = r.busy(np.concatenate([s, e]))
-        busy = b[len(s):] - b[:len(s)]
-        energy += r.p_idle_w * dur_s + busy @ r.group_dp_w
-    lat_ms = dur_s * 1e3
-
-    def q(v: F64) -> Quantiles:
-        p = np.percentile(v, [50, 95, 99])
-        return Quantiles(float(np.mean(v)), float(p[0]), float(p[1]), float(p[2]))
-
-    return Steps(
-        count=len(s), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
-        sla_ms=sla_ms,
-        sla_compliance=None if sla_ms is None else float(np.mean(lat_ms <= sla_ms)),
-        step_energy_j=tuple(float(x) for x in energy),
-        step_latency_ms=tuple(float(x) for x in lat_ms),
-    )
-
-
-def _inefficiencies(idle: list[IdleRow], copies: list[CopyRow], total_j: float
-                    ) -> tuple[Inefficiency, ...]:
-    cand: list[tuple[str, float, str, str, str]] = []
-    by_cause: dict[str, list[IdleRow]] = {}
-    for row in idle:
-        by_cause.setdefault(row.cause, []).append(row)
-    for cause, rows in by_cause.items():
-        ej = sum(x.energy_j for x in rows)
-        t = sum(x.time_s for x in rows)
-        n = sum(x.count for x in rows)
-        if ej <= 0:
-            continue
-        mech = f"idle.{cause}"
-        cand.append((mech, ej, f"{n} idle gaps, {t:.3f} s with no kernel or copy running",
-                     _FIX[mech], "re-run and check this idle cause's time and joules drop"))
-    for c in copies:
-        if c.memory == "pageable" and c.energy_j > 0:
-            cand.append((f"copy:{c.kind}/pageable", c.energy_j,
-                         f"{c.calls} pageable {c.kind} copies, {c.bytes} bytes, {c.time_s:.3f} s",
-                         "use pinned host memory (pin_memory=True) and non_blocking copies",
-                         "re-run and check the copies show as pinned and their time drops"))
-    cand.sort(key=lambda x: (-x[1], x[0]))
-    return tuple(
-        Inefficiency(rank=i + 1, mechanism=m, energy_j=ej,
-                     share=ej / total_j if total_j > 0 else 0.0, evidence=ev, fix=fx,
-                     owner="unowned", validation=va)
-        for i, (m, ej, ev, fx, va) in enumerate(cand)
-    )
-
-
-def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None) -> Snapshot:
-    """Aggregate per-record energies into the contract snapshot."""
+def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
+                   step_range: str | None = None, owners: OwnerMap | None = None) -> Snapshot:
+    """Aggregate per-record energies into the contract snapshot (steps: attribution.steps;
+    the inefficiency ranking: attribution.ranking)."""
     warnings = list(arrays.warnings)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
@@ -203,19 +137,26 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None)
         "fit_rms_w": {str(r.device): r.rms_w for r in arrays.devices},
         "active_idle_ci_w": {str(r.device): list(r.p_idle_ci_w) for r in arrays.devices},
         "source": trace.meta.get("source"),
+        "gpu_uuids": {str(d.index): d.uuid for d in trace.devices if d.uuid
+                      and d.index in {r.device for r in arrays.devices}},
     }
+    kernels_t, copies_t = tuple(rows_by_energy(kernels)), tuple(rows_by_energy(copies))
+    ranking = rank(RankInputs(trace, arrays, kernels_t, copies_t, tuple(idle_rows), total),
+                   owners)
+    steps = step_stats(trace, arrays, sla_ms=sla_ms, step_range=step_range, warnings=warnings)
     extra = {"clusters": [
         {"id": f"cluster{i}", "gpu": r.device, "members": list(comp)}
-        for r in arrays.devices for i, comp in enumerate(r.clusters)]}
+        for r in arrays.devices for i, comp in enumerate(r.clusters)],
+        "clamps": ranking.clamps, "precision_mix": ranking.precision_mix}
     return Snapshot(
         gpus=tuple(gpus),
         window=Window(arrays.window_start_ns, arrays.window_end_ns),
         totals=totals,
-        kernels=tuple(rows_by_energy(kernels)),
-        copies=tuple(rows_by_energy(copies)),
+        kernels=kernels_t,
+        copies=copies_t,
         idle=tuple(idle_rows),
-        steps=_steps(trace, arrays, sla_ms),
-        inefficiencies=_inefficiencies(idle_rows, copies, total),
+        steps=steps,
+        inefficiencies=ranking.items,
         warnings=tuple(warnings),
         meta=meta,
         extra=extra,

@@ -76,19 +76,24 @@ class SimResult:
 
 
 def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: float = 90.0,
-             seed: int = 0, workload_seed: int | None = None) -> SimResult:
+             seed: int = 0, workload_seed: int | None = None, *,
+             spec: ScenarioSpec | None = None) -> SimResult:
     """Simulate ``seconds`` of a scenario on a GPU preset (default: the scenario's own).
 
     ``workload_seed`` (default :data:`DEFAULT_WORKLOAD_SEED`) draws the workload definition:
     the phase schedule and each phase's kernel-class mix.  ``seed`` draws one realisation of
     it: per-instance class picks, durations and ΔP, gaps, copies, the sensor's phase, gain and
     jitter, the CUPTI clock offset.  Two seeds of one workload are the same job re-run.
+
+    ``spec`` replaces the named scenario's specification (its random streams stay those of
+    ``scenario``): a variant of a scenario with one knob changed, as the diff calibration
+    injects regressions.
     """
     if scenario not in SCENARIOS:
         raise KeyError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
     if not seconds >= 1.0:
         raise ValueError(f"seconds must be >= 1, got {seconds}")
-    spec = SCENARIOS[scenario]
+    spec = SCENARIOS[scenario] if spec is None else dataclasses.replace(spec, name=scenario)
     preset = get_preset(gpu or spec.default_gpu)
     rng = np.random.default_rng([seed, zlib.crc32(f"{scenario}/{preset.key}".encode())])
     t0 = T0_NS

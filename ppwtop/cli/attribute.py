@@ -1,8 +1,8 @@
 """``ppwtop attribute``: offline attribution of a trace (+ power log) to a snapshot JSON.
 
-Owns the command line, loading and merging the inputs, the time-zone mix-up rule (a power
-log that overlaps the trace only after a whole quarter-hour shift is shifted, with a
-warning), and writing the snapshot.
+Owns the command line, loading and merging the inputs (and the owners file the ranking
+uses), the time-zone mix-up rule (a power log that overlaps the trace only after a whole
+quarter-hour shift is shifted, with a warning), and writing the snapshot.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from attribution.engine import attribute
 from attribution.engine.build import trace_window
 from attribution.model import Trace
 from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
 from ppwtop.importers import load_power, load_trace
 from ppwtop.snapshot_io import write_snapshot
@@ -80,8 +81,12 @@ def main(argv: list[str]) -> int:
                    help="nvidia-smi CSV or ppwtop recording (optional if the trace has power)")
     p.add_argument("--gpu", metavar="MODEL", help="sensor/power preset (a100, h100, ...)")
     p.add_argument("--power-tz", metavar="TZ", help="time zone of naive CSV timestamps")
-    p.add_argument("--owners", metavar="FILE", help="owners file (recorded; used by reports)")
+    p.add_argument("--owners", metavar="FILE",
+                   help="owners file (TOML: name/NVTX-range patterns -> owner) for the ranking")
     p.add_argument("--sla-ms", type=positive_float, metavar="X", help="step latency SLA")
+    p.add_argument("--step-range", metavar="NAME",
+                   help="steps are the NVTX / user-annotation ranges of this name (glob ok) "
+                        "instead of mark_step / ProfilerStep#N")
     p.add_argument("-o", "--output", required=True, metavar="SNAPSHOT.json")
     a = p.parse_args(argv)
     if a.gpu is not None:
@@ -93,6 +98,7 @@ def main(argv: list[str]) -> int:
             from ppwtop.cli.common import UsageError
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
+    owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)
     warnings: list[str] = _import_notes(a.trace, trace)
     if a.power is not None:
@@ -110,10 +116,10 @@ def main(argv: list[str]) -> int:
                 power = _shift_power(power, shift)
         _fill_device_names(trace, power)
         trace = trace.merged_with(power)
-    snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms)
+    snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)
     meta = dict(snap.meta)
     meta.update({"trace": str(a.trace), "power": a.power, "owners": a.owners,
-                 "power_tz": a.power_tz})
+                 "power_tz": a.power_tz, "step_range": a.step_range})
     snap = dataclasses.replace(snap, warnings=tuple(warnings) + snap.warnings, meta=meta)
     for w in snap.warnings:
         print(f"ppwtop: warning: {w}", file=sys.stderr)

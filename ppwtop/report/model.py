@@ -163,8 +163,10 @@ def headline(snap: Snapshot) -> dict[str, tuple[str, float | None, str]]:
         if steps.sla_compliance is not None:
             out["SLA compliance"] = ("%", 100.0 * float(steps.sla_compliance), "higher")
         if steps.items_per_j_under_sla is not None:
-            out["items per joule within SLA"] = ("items/J", _f(steps.items_per_j_under_sla),
-                                                 "higher")
+            # the headline operating point: work done within the SLA per joule of all steps
+            unit = "items" if steps.work_unit == "items" else "steps"
+            out[f"{unit} per joule within SLA"] = (f"{unit}/J", _f(steps.items_per_j_under_sla),
+                                                   "higher")
     out["average power"] = ("W", t.energy_j / dur if dur > 0 else None, "lower")
     out["total energy"] = ("J", _f(t.energy_j), "lower")
     idle_share = t.idle_energy_j / t.energy_j if t.energy_j > 0 else None

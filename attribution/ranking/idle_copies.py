@@ -1,0 +1,147 @@
+"""Idle energy by cause and pageable copies: the host-side mechanisms of the ranking.
+
+Owns two kinds of candidate:
+
+* ``idle.<cause>``: ``P_idle × idle time`` of each idle cause (launch gaps, sync waits, host
+  stalls, other), launch gaps inside tiny-kernel storms excluded (the storm owns them).  The
+  interval comes from the active-idle power's 90 % interval × the time.
+* ``copy:<kind>/pageable``: the time a pageable copy took beyond what the same bytes need at
+  pinned bandwidth (measured from this run's pinned copies of the same direction on the same
+  GPU, else of any direction, else ``NOMINAL_PINNED_GBPS``), times the copy's own average
+  power.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges, scaled_ci
+from attribution.ranking.storms import Storms, in_spans
+from attribution.snapshot import IDLE_CAUSES, CopyRow
+
+NOMINAL_PINNED_GBPS = 20.0
+"""Pinned host↔device bandwidth assumed when the run has no pinned copy (PCIe 4.0 ×16)."""
+
+MAX_REL_WIDTH = 1.0
+"""A pageable-copy candidate whose 90 % interval is wider than ±50 % is not resolvable."""
+
+_FIX = {
+    "launch_gap": ("cut launch overhead: capture the loop in CUDA graphs (torch.compile "
+                   "mode='reduce-overhead', torch.cuda.graph) or batch more work per launch"),
+    "sync_wait": ("remove synchronising calls from the hot loop (.item(), .cpu(), "
+                  "cudaDeviceSynchronize, blocking copies); use events or non_blocking copies"),
+    "host_stall": ("feed the GPU ahead of time: DataLoader workers and prefetch, pinned memory, "
+                   "overlap host preprocessing with the previous step"),
+    "other": "inspect the timeline around these gaps (stream dependencies, queue bubbles)",
+}
+_CHECK = {
+    "launch_gap": "launch-gap time per step and kernel launch API time falling",
+    "sync_wait": "sync-wait time per step falling and no new host stalls",
+    "host_stall": "host-stall time per step falling and step latency p95 not rising",
+    "other": "idle.other time per step falling",
+}
+
+
+def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
+    iv = inp.arrays.idle
+    if len(iv) == 0:
+        return []
+    dur_s = iv.duration_ns.astype(np.float64) * 1e-9
+    claimed = np.zeros(len(iv), bool)
+    if len(storms):
+        claimed = (iv.cause == IDLE_CAUSES.index("launch_gap")) & in_spans(
+            iv.start_ns, iv.device.astype(np.int64), storms)
+    _, lo, hi = inp.per_record(iv.device.astype(np.int64))
+    out: list[Candidate] = []
+    for ci, cause in enumerate(IDLE_CAUSES):
+        m = (iv.cause == ci) & ~claimed
+        if not bool(m.any()):
+            continue
+        t = float(dur_s[m].sum())
+        e = float(inp.arrays.idle_energy_j[m].sum())
+        if not e > 0:
+            continue
+        n = int(m.sum())
+        med_us = float(np.median(dur_s[m])) * 1e6
+        pw = e / t if t > 0 else 0.0
+        ev = (f"{n} gaps, {t:.3f} s with no kernel or copy running (median gap {med_us:.0f} µs) "
+              f"at {pw:.0f} W active idle")
+        if int(claimed.sum()) and cause == "launch_gap":
+            ev += f" (not counting {int(claimed.sum())} gaps inside tiny-kernel storms)"
+        ranges = enclosing_ranges(inp.trace, iv.start_ns[m], iv.end_ns[m])
+        if ranges:
+            ev += f"; mostly inside range {ranges[0]!r}"
+        out.append(Candidate(
+            mechanism=f"idle.{cause}", energy_j=e,
+            energy_ci_j=(float(lo[m] @ dur_s[m]), float(hi[m] @ dur_s[m])), evidence=ev,
+            fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
+            validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
+                        f"{_CHECK[cause]}"),
+            owner_names=ranges))
+    return out
+
+
+def _pinned_gbps(copies: tuple[CopyRow, ...], gpu: int, kind: str) -> tuple[float, str]:
+    def bw(rows: list[CopyRow]) -> float | None:
+        b = sum(r.bytes for r in rows)
+        t = sum(r.time_s for r in rows)
+        return b / t / 1e9 if b > 0 and t > 0 else None
+
+    same = [r for r in copies if r.gpu == gpu and r.memory == "pinned" and r.kind == kind]
+    v = bw(same)
+    if v is not None:
+        return v, f"this run's pinned {kind} copies"
+    anyk = [r for r in copies if r.gpu == gpu and r.memory == "pinned"
+            and r.kind in ("HtoD", "DtoH")]
+    v = bw(anyk)
+    if v is not None:
+        return v, "this run's pinned copies"
+    return NOMINAL_PINNED_GBPS, "nominal PCIe 4.0 x16"
+
+
+def copy_candidates(inp: RankInputs) -> list[Candidate]:
+    out: list[Candidate] = []
+    by_kind: dict[str, list[CopyRow]] = {}
+    for c in inp.copies:
+        if c.memory == "pageable" and c.time_s > 0 and c.energy_j > 0:
+            by_kind.setdefault(c.kind, []).append(c)
+    for kind, rows in sorted(by_kind.items()):
+        e = 0.0
+        lo = hi = 0.0
+        lost_s = t_all = 0.0
+        nbytes = calls = 0
+        refs: list[str] = []
+        for c in rows:
+            gbps, ref = _pinned_gbps(inp.copies, c.gpu, kind)
+            need_s = c.bytes / (gbps * 1e9)
+            lost = max(0.0, c.time_s - need_s)
+            frac = lost / c.time_s
+            idle_part = c.energy_j - c.dynamic_energy_j
+            ci = scaled_ci((c.dynamic_energy_ci_j[0] + idle_part,
+                            c.dynamic_energy_ci_j[1] + idle_part), frac)
+            assert ci is not None
+            e += c.energy_j * frac
+            lo += ci[0]
+            hi += ci[1]
+            lost_s += lost
+            t_all += c.time_s
+            nbytes += c.bytes
+            calls += c.calls
+            refs.append(f"{gbps:.1f} GB/s ({ref})")
+        if not e > 0:
+            continue
+        got = nbytes / t_all / 1e9 if t_all > 0 else 0.0
+        out.append(Candidate(
+            mechanism=f"copy:{kind}/pageable", energy_j=e, energy_ci_j=(lo, hi),
+            evidence=(f"{calls} pageable {kind} copies, {nbytes / 1e6:.1f} MB in {t_all:.3f} s "
+                      f"= {got:.1f} GB/s vs pinned {', '.join(sorted(set(refs)))}: "
+                      f"{lost_s:.3f} s lost"),
+            fix=("copy from pinned host memory (pin_memory=True in the DataLoader, "
+                 "tensor.pin_memory()) with non_blocking=True; recovers at most "
+                 f"{e:.3g} J ({lost_s:.3f} s of copy time at the copies' own power)"),
+            validation=(f"re-run with the fix: the {kind} copies show as pinned, "
+                        f"`ppwtop diff` shows copy:{kind}/pageable gone and copy:{kind}/pinned "
+                        "smaller than it was"),
+            # the lost time × P_idle dominates; the copies' own ΔP only widens the interval
+            resolvable=(hi - lo) <= MAX_REL_WIDTH * e))
+    return out

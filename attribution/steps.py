@@ -1,0 +1,113 @@
+"""Steps and work units: which spans are steps, their energy, latency, items and the SLA.
+
+Owns the choice of step spans and the :class:`~attribution.snapshot.Steps` statistics:
+
+* ``step_range`` given: NVTX / user-annotation ranges whose name matches it (exact name or
+  fnmatch glob; Kineto's GPU-side projection is used only when the host ranges are absent);
+* else the agent's ``mark_step`` marks (``MarkerKind.STEP_MARK``): a mark with a duration is
+  one step; instant marks (start == end) close a step each, which runs from the previous
+  mark (the first instant mark only opens); ``items`` is the work-unit count of the step;
+* else ``ProfilerStep#N`` ranges.
+
+Per-step energy is ``P_idle × duration + Σ_g busy_g(step) × ΔP_g`` from the engine's
+busy-time functions.  Items per joule: Σ items / Σ energy over steps that carry items.  SLA:
+compliance is the fraction of steps with latency ≤ ``sla_ms``; the headline *throughput per
+watt under the SLA* is ``Σ units of steps within the SLA / Σ energy of all steps`` (units are
+items when the steps carry them, else steps): energy spent on late steps is waste.  Since
+(units/s) / W = units/J, it is stored as ``items_per_j_under_sla``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attribution.model import F64, I64, MarkerKind, Trace
+from attribution.snapshot import Quantiles, Steps
+
+if TYPE_CHECKING:
+    from attribution.engine.build import Arrays
+
+_HOST_RANGES = (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION))
+
+
+def _named(trace: Trace, pattern: str, kinds: tuple[int, ...]) -> np.ndarray:
+    mk = trace.markers
+    ids = np.unique(mk.name_id[np.isin(mk.kind, kinds) & (mk.name_id >= 0)])
+    hit = [i for i in ids.tolist()
+           if trace.name(i) == pattern or fnmatch.fnmatchcase(trace.name(i), pattern)]
+    return np.isin(mk.kind, kinds) & np.isin(mk.name_id, np.array(hit, dtype=np.int32))
+
+
+def step_spans(trace: Trace, step_range: str | None, warnings: list[str]
+               ) -> tuple[I64, I64, F64, str]:
+    """(start_ns, end_ns, items (NaN = none), source) of the steps, by start time."""
+    mk = trace.markers
+    if step_range is not None:
+        m = _named(trace, step_range, _HOST_RANGES) & (mk.end_ns > mk.start_ns)
+        if not bool(m.any()):
+            m = _named(trace, step_range, (int(MarkerKind.GPU_USER_ANNOTATION),))
+            m &= mk.end_ns > mk.start_ns
+        if bool(m.any()):
+            return _sorted(mk.start_ns[m], mk.end_ns[m], mk.items[m], f"range:{step_range}")
+        warnings.append(f"--step-range {step_range!r}: no NVTX or user-annotation range of that "
+                        "name; steps fall back to mark_step / ProfilerStep#N")
+    sm = mk.kind == int(MarkerKind.STEP_MARK)
+    if bool(sm.any()):
+        s, e, it = mk.start_ns[sm], mk.end_ns[sm], mk.items[sm]
+        rng = e > s
+        inst = np.flatnonzero(~rng)
+        inst = inst[np.argsort(s[inst], kind="stable")]
+        s2, e2, it2 = s[inst][:-1], s[inst][1:], it[inst][1:]
+        return _sorted(np.concatenate([s[rng], s2]), np.concatenate([e[rng], e2]),
+                       np.concatenate([it[rng], it2]), "mark_step")
+    m = (mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
+    return _sorted(mk.start_ns[m], mk.end_ns[m], mk.items[m], "ProfilerStep")
+
+
+def _sorted(s: I64, e: I64, it: F64, source: str) -> tuple[I64, I64, F64, str]:
+    o = np.argsort(s, kind="stable")
+    return s[o], e[o], np.asarray(it[o], dtype=np.float64), source
+
+
+def _q(v: F64) -> Quantiles:
+    p = np.percentile(v, [50, 95, 99])
+    return Quantiles(float(np.mean(v)), float(p[0]), float(p[1]), float(p[2]))
+
+
+def step_stats(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
+               step_range: str | None = None, warnings: list[str] | None = None
+               ) -> Steps | None:
+    """Per-step statistics, or None when the run has no step (inside the window)."""
+    warn: list[str] = [] if warnings is None else warnings
+    s, e, items, source = step_spans(trace, step_range, warn)
+    m = (e > s) & (s >= arrays.window_start_ns) & (e <= arrays.window_end_ns)
+    if not bool(m.any()):
+        return None
+    s, e, items = s[m], e[m], items[m]
+    dur_s = (e - s).astype(np.float64) * 1e-9
+    energy = np.zeros(len(s))
+    for r in arrays.devices:
+        b = r.busy(np.concatenate([s, e]))
+        busy = b[len(s):] - b[:len(s)]
+        energy += r.p_idle_w * dur_s + busy @ r.group_dp_w
+    lat_ms = dur_s * 1e3
+    has = np.isfinite(items)
+    items_per_j = None
+    if bool(has.any()) and float(energy[has].sum()) > 0:
+        items_per_j = float(items[has].sum() / energy[has].sum())
+    units = np.where(has, items, 0.0) if bool(has.any()) else np.ones(len(s))
+    compliance = under = None
+    if sla_ms is not None:
+        ok = lat_ms <= sla_ms
+        compliance = float(np.mean(ok))
+        tot = float(energy.sum())
+        under = float(units[ok].sum() / tot) if tot > 0 else None
+    return Steps(
+        count=len(s), energy_j=_q(energy), latency_ms=_q(lat_ms), items_per_j=items_per_j,
+        sla_ms=sla_ms, sla_compliance=compliance, items_per_j_under_sla=under,
+        step_energy_j=tuple(energy.tolist()), step_latency_ms=tuple(lat_ms.tolist()),
+        step_items=tuple(np.where(has, items, 0.0).tolist()) if bool(has.any()) else (),
+        work_unit="items" if bool(has.any()) else "steps", source=source)
