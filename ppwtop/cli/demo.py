@@ -76,7 +76,8 @@ def main(argv: list[str]) -> int:
         return 0
     if args.export is not None:
         raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
+    from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
-    PpwtopApp(feed, export_dir=args.export_dir).run()
+    PpwtopApp(PanelFeed(feed), export_dir=args.export_dir).run()
     return 0

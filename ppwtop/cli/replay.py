@@ -60,7 +60,8 @@ def main(argv: list[str]) -> int:
             write_snapshot(snap, args.export)
         print(summary(snap).replace("ppwtop demo:", f"ppwtop replay {args.file.name}:", 1))
         return 0
+    from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
-    PpwtopApp(feed, export_dir=args.export_dir).run()
+    PpwtopApp(PanelFeed(feed), export_dir=args.export_dir).run()
     return 0
