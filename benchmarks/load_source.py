@@ -141,6 +141,7 @@ class LoadFeed:
         self._now_ns = self.t0_ns
         self._next_due = 0.0
         self.engine_s: list[float] = []
+        self.snapshot_at: list[float] = []
         self.generate_s = 0.0
         self.records = 0
         self.behind_s = 0.0
@@ -199,6 +200,7 @@ class LoadFeed:
         snap = with_panels(snap, tr)  # what PanelFeed adds for the live screen
         cost = time.perf_counter() - t0
         self.engine_s.append(cost)
+        self.snapshot_at.append(time.monotonic())
         self._next_due = time.monotonic() + max(self.refresh_s, DUTY_FACTOR * cost)
         return snap
 

@@ -76,6 +76,15 @@ async def run_worker(rate: float, seconds: float, horizon_s: float) -> dict[str,
 
     feed = LoadFeed(rate, horizon_s=horizon_s)
     app = Measured(feed)
+    render_s: list[float] = []
+    show = app.live.show_snapshot
+
+    def timed_show(*a: Any) -> None:  # the UI thread's own work per message
+        t0 = time.perf_counter()
+        show(*a)
+        render_s.append(time.perf_counter() - t0)
+
+    app.live.show_snapshot = timed_show  # type: ignore[method-assign]
     rss: list[tuple[float, float]] = []
     async with app.run_test(size=(120, 40)) as pilot:
         t_start = time.monotonic()
@@ -103,6 +112,10 @@ async def run_worker(rate: float, seconds: float, horizon_s: float) -> dict[str,
         slope = (sum((t - tm) * (m - mm) for t, m in zip(ts, warm_rss, strict=True))
                  / sum((t - tm) ** 2 for t in ts)) * 60.0
     eng = feed.engine_s
+    gaps = [b - a for a, b in zip(feed.snapshot_at, feed.snapshot_at[1:], strict=False)]
+    half = wall0 - t_start + span / 2
+    first = [m for t, m in rss if warm_at - t_start <= t < half]
+    second = [m for t, m in rss if t >= half]
     return {
         "rate": rate, "seconds": seconds, "horizon_s": horizon_s, "measured_s": span,
         "refresh_hz": (renders1 - renders0) / span,
@@ -111,6 +124,11 @@ async def run_worker(rate: float, seconds: float, horizon_s: float) -> dict[str,
         "tick_max_ms": max(lat, default=float("nan")) * 1e3,
         "engine_median_s": statistics.median(eng) if eng else float("nan"),
         "engine_n": len(eng),
+        "engine_max_s": max(eng, default=float("nan")),
+        "snapshot_gap_max_s": max(gaps, default=float("nan")),
+        "render_p50_ms": pct(render_s, 50) * 1e3, "render_p99_ms": pct(render_s, 99) * 1e3,
+        "rss_max_first_half_mb": max(first, default=float("nan")),
+        "rss_max_second_half_mb": max(second, default=float("nan")),
         "cpu_cores": (cpu1 - cpu0) / span,
         "generate_cores": feed.generate_s / (wall1 - t_start),
         "records_in_ring": ring, "collector_behind_s": feed.behind_s,
@@ -126,12 +144,18 @@ ROWS = [
     ("tick_p99_ms", "tick latency p99 (ms)", "{:.0f}"),
     ("tick_max_ms", "tick latency max (ms)", "{:.0f}"),
     ("snapshots_per_s", "snapshots/s", "{:.3f}"),
-    ("engine_median_s", "engine per attribution (s)", "{:.2f}"),
+    ("render_p50_ms", "UI work per message p50 (ms)", "{:.1f}"),
+    ("render_p99_ms", "UI work per message p99 (ms)", "{:.1f}"),
+    ("engine_median_s", "engine per attribution, median (s)", "{:.2f}"),
+    ("engine_max_s", "engine per attribution, max (s)", "{:.2f}"),
+    ("snapshot_gap_max_s", "longest gap between snapshots (s)", "{:.1f}"),
     ("records_in_ring", "kernel records in the horizon", "{:,.0f}"),
     ("cpu_cores", "CPU of the process (cores)", "{:.2f}"),
-    ("generate_cores", "of which record generation (cores)", "{:.2f}"),
+    ("generate_cores", "record generation, wall share (incl. GIL waits)", "{:.2f}"),
     ("rss_warm_mb", "RSS after warm-up (MB)", "{:.0f}"),
     ("rss_end_mb", "RSS at the end (MB)", "{:.0f}"),
+    ("rss_max_first_half_mb", "RSS max, 1st half after warm-up (MB)", "{:.0f}"),
+    ("rss_max_second_half_mb", "RSS max, 2nd half (MB)", "{:.0f}"),
     ("rss_slope_mb_per_min", "RSS slope after warm-up (MB/min)", "{:+.1f}"),
     ("collector_behind_s", "collector behind real time at the end (s)", "{:.2f}"),
 ]
@@ -153,6 +177,7 @@ def main() -> int:
         print(out)
         return 0
     rates = [float(r) for r in args.rates.split(",")]
+    load0 = os.getloadavg()[0]
     results = []
     for rate in rates:
         p = subprocess.run([sys.executable, __file__, "--worker", str(rate), "--seconds",
@@ -167,11 +192,12 @@ def main() -> int:
     if len(rates) == 2:
         head.append("ratio")
     print(f"TUI load, horizon {args.horizon:g} s, {args.seconds:g} s per rate "
-          f"(measured after a {args.horizon + 2:g} s warm-up)")
-    print(f"{head[0]:44s}" + "".join(f"{h:>12s}" for h in head[1:]))
+          f"(measured after a {args.horizon + 2:g} s warm-up); load average before: "
+          f"{load0:.1f}, after: {os.getloadavg()[0]:.1f}, on {os.cpu_count()} CPUs")
+    print(f"{head[0]:48s}" + "".join(f"{h:>12s}" for h in head[1:]))
     for key, label, fmt in ROWS:
         vals = [r[key] for r in results]
-        line = f"{label:44s}" + "".join(f"{fmt.format(v):>12s}" for v in vals)
+        line = f"{label:48s}" + "".join(f"{fmt.format(v):>12s}" for v in vals)
         if len(vals) == 2:
             ratio = vals[1] / vals[0] if vals[0] else float("nan")
             line += f"{ratio:>11.2f}x"

@@ -514,6 +514,17 @@ def test_svg_live_screen_100x30(snap_compare: object) -> None:
     assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
 
 
+def test_svg_live_screen_80x24(snap_compare: object) -> None:
+    """The live screen on a classic 80x24 terminal: the narrow, short layout."""
+    app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
+
+    async def loaded(pilot: object) -> None:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()  # type: ignore[attr-defined]
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=loaded)  # type: ignore[operator]
+
+
 def test_svg_compare_screen(snap_compare: object) -> None:
     a = make_snapshot()
     b = make_snapshot({"gemm_bf16_big": (250.0, 0.5, 100), "layernorm_fwd": (52.0, 0.4, 900),

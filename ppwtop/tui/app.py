@@ -178,6 +178,8 @@ class PpwtopApp(App[None]):
             if message.error:
                 self.notify(message.error, severity="error", markup=False, timeout=8)
             self.live.show_snapshot(message.snapshot, message.power)
+            if message.snapshot is not None and isinstance(self.screen, DetailScreen):
+                self.screen.follow(message.snapshot)
         finally:
             self.renders += 1
             self._rendered.set()

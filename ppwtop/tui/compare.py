@@ -100,7 +100,7 @@ def summary_text(title: str, s: Snapshot) -> str:
 
 class CompareScreen(Screen[None]):
     CSS_PATH = Path(__file__).with_name("compare.tcss")
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+    HORIZONTAL_BREAKPOINTS = [
         (0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back")]
 

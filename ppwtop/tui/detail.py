@@ -85,7 +85,9 @@ def detail_text(row: KernelRow | CopyRow | IdleRow, snap: Snapshot | None) -> st
 
 
 def _us(ns: float) -> str:
-    return f"{ns / 1e3:g} µs" if ns < 1e6 else f"{ns / 1e6:g} ms"
+    if ns < 1e6:
+        return f"{ns / 1e3:.4g} µs"
+    return f"{ns / 1e6:.4g} ms" if ns < 1e9 else f"{ns / 1e9:.4g} s"
 
 
 def class_panels(row: KernelRow, snap: Snapshot | None, bar_w: int = 30) -> list[str]:
@@ -111,7 +113,7 @@ def class_panels(row: KernelRow, snap: Snapshot | None, bar_w: int = 30) -> list
     chars = " ▁▂▃▄▅▆▇█"
     spark = "".join(chars[round(x / peak * 8)] if peak else " " for x in launches)
     out += ["", f"[b]launches over the window[/] ({len(launches)} bins of "
-            f"{fmt_num(int(cs['launch_bin_ns']) / 1e9)} s, peak {peak})",
+            f"{_us(int(cs['launch_bin_ns']))}, peak {peak})",
             f"  [$success]{spark}[/]"]
     return out
 
@@ -129,3 +131,24 @@ class DetailScreen(Screen[None]):
         with VerticalScroll(id="detail-box"):
             yield Static(detail_text(self.row, self.snap), id="detail")
         yield Footer()
+
+    def follow(self, snap: Snapshot) -> None:
+        """Show ``snap``'s numbers for the same class (kept as they were if it is gone)."""
+        rows: tuple[KernelRow | CopyRow | IdleRow, ...] = (*snap.kernels, *snap.copies,
+                                                           *snap.idle)
+        key = row_key(self.row)
+        new = next((r for r in rows if row_key(r) == key), None)
+        if new is None:
+            return
+        self.row, self.snap = new, snap
+        if self.is_mounted:
+            self.query_one("#detail", Static).update(detail_text(new, snap))
+
+
+def row_key(row: KernelRow | CopyRow | IdleRow) -> str:
+    """The class identity used by the tables: ``k:<gpu>:<name>``, ``c:…``, ``i:…``."""
+    if isinstance(row, KernelRow):
+        return f"k:{row.gpu}:{row.name}"
+    if isinstance(row, CopyRow):
+        return f"c:{row.gpu}:{row.kind}/{row.memory}"
+    return f"i:{row.gpu}:{row.cause}"

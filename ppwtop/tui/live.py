@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Sparkline, Static
 
 from attribution.snapshot import CopyRow, IdleRow, KernelRow, Snapshot, Totals
+from ppwtop.tui.detail import row_key
 from ppwtop.tui.feed import PowerTrace
 from ppwtop.tui.widgets import (
     NOT_RESOLVABLE,
@@ -42,18 +43,6 @@ _OTHER_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
 GRAPH_POINTS = 200
 
 Row = KernelRow | CopyRow | IdleRow
-
-
-def kernel_key(k: KernelRow) -> str:
-    return f"k:{k.gpu}:{k.name}"
-
-
-def copy_key(c: CopyRow) -> str:
-    return f"c:{c.gpu}:{c.kind}/{c.memory}"
-
-
-def idle_key(i: IdleRow) -> str:
-    return f"i:{i.gpu}:{i.cause}"
 
 
 def fit_line(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> str:
@@ -246,9 +235,9 @@ class LiveScreen(Screen[None]):
     """Header + power graph and busy band + kernels + copies/idle + inefficiencies + clocks."""
 
     CSS_PATH = Path(__file__).with_name("live.tcss")
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+    HORIZONTAL_BREAKPOINTS = [
         (0, "-narrow"), (110, "-medium"), (150, "-wide")]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+    VERTICAL_BREAKPOINTS = [
         (0, "-short"), (30, "-tall")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "app.detail", "detail"),
@@ -345,7 +334,7 @@ class LiveScreen(Screen[None]):
                 continue
             if gpu_sel is not None and kr.gpu != gpu_sel:
                 continue
-            key = kernel_key(kr)
+            key = row_key(kr)
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
@@ -362,7 +351,7 @@ class LiveScreen(Screen[None]):
         for cr in snap.copies:
             if gpu_sel is not None and cr.gpu != gpu_sel:
                 continue
-            key = copy_key(cr)
+            key = row_key(cr)
             rows[key] = cr
             orows.append((key, [
                 name_cell(f"copy {cr.kind}/{cr.memory}", 19, "" if cr.resolvable else "dim"),
@@ -374,7 +363,7 @@ class LiveScreen(Screen[None]):
         for ir in snap.idle:
             if (gpu_sel is not None and ir.gpu != gpu_sel) or (ir.time_s <= 0 and not ir.count):
                 continue  # a cause that never happened is not worth a row
-            key = idle_key(ir)
+            key = row_key(ir)
             rows[key] = ir
             orows.append((key, [
                 name_cell(f"idle {ir.cause}", 19), num_cell(ir.energy_j),
