@@ -100,7 +100,8 @@ def summary_text(title: str, s: Snapshot) -> str:
 
 class CompareScreen(Screen[None]):
     CSS_PATH = Path(__file__).with_name("compare.tcss")
-    HORIZONTAL_BREAKPOINTS = [
+    # Textual declares these as instance-typed lists: ClassVar would fail mypy
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012
         (0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back")]
 

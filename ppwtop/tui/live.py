@@ -235,9 +235,10 @@ class LiveScreen(Screen[None]):
     """Header + power graph and busy band + kernels + copies/idle + inefficiencies + clocks."""
 
     CSS_PATH = Path(__file__).with_name("live.tcss")
-    HORIZONTAL_BREAKPOINTS = [
+    # Textual declares these as instance-typed lists: ClassVar would fail mypy
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012
         (0, "-narrow"), (110, "-medium"), (150, "-wide")]
-    VERTICAL_BREAKPOINTS = [
+    VERTICAL_BREAKPOINTS = [  # noqa: RUF012
         (0, "-short"), (30, "-tall")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "app.detail", "detail"),
