@@ -126,7 +126,9 @@ class LoadFeed:
     """A live-session-shaped feed over :class:`RecordSource` (see the module docstring)."""
 
     def __init__(self, rate_per_s: float, *, horizon_s: float = 15.0, refresh_s: float = 0.5,
-                 chunk_s: float = 0.05, n_boot: int = 100, gpu: str = "h100") -> None:
+                 chunk_s: float = 0.05, n_boot: int = 100, gpu: str = "h100",
+                 engine: bool = True) -> None:
+        self.engine = engine
         self.source = RecordSource(rate_per_s)
         self.horizon_ns = int(horizon_s * 1e9)
         self.refresh_s = refresh_s
@@ -191,6 +193,9 @@ class LoadFeed:
         now = time.monotonic()
         if now < self._next_due:
             time.sleep(min(0.05, self._next_due - now))
+            return None
+        if not self.engine:  # the control run: collection and UI only
+            time.sleep(0.05)
             return None
         tr = self.trace()
         if not len(tr.kernels):

@@ -14,7 +14,9 @@ headless (Textual's ``run_test``, 120x40).  Measured per rate, after a warm-up o
 * RSS at the end of the warm-up and at the end, and its slope per minute (bounded: no growth
   with run length).
 
-Run: ``python benchmarks/tui_load.py [--seconds 55] [--horizon 15] [--rates 200000,1000000]``.
+Run: ``python benchmarks/tui_load.py [--seconds 55] [--horizon 15] [--rates 200000,1000000]``;
+``--no-engine`` is the control run (collection and UI only), which separates what the TUI
+costs from what the engine's CPU takes from it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def pct(v: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
 
 
-async def run_worker(rate: float, seconds: float, horizon_s: float) -> dict[str, Any]:
+async def run_worker(rate: float, seconds: float, horizon_s: float, engine: bool = True
+                     ) -> dict[str, Any]:
     from load_source import LoadFeed
 
     from ppwtop.tui.app import PpwtopApp, SnapshotReady
@@ -74,7 +77,7 @@ async def run_worker(rate: float, seconds: float, horizon_s: float) -> dict[str,
             # class along the MRO), so no super() call here
             self.call_after_refresh(done)
 
-    feed = LoadFeed(rate, horizon_s=horizon_s)
+    feed = LoadFeed(rate, horizon_s=horizon_s, engine=engine)
     app = Measured(feed)
     render_s: list[float] = []
     show = app.live.show_snapshot
@@ -166,11 +169,14 @@ def main() -> int:
     ap.add_argument("--rates", default="200000,1000000")
     ap.add_argument("--seconds", type=float, default=55.0, help="per rate (default 55)")
     ap.add_argument("--horizon", type=float, default=15.0, help="engine horizon s (default 15)")
+    ap.add_argument("--no-engine", action="store_true",
+                    help="control run: collection and UI only, the engine never runs")
     ap.add_argument("--worker", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.worker is not None:
-        res = asyncio.run(run_worker(args.worker, args.seconds, args.horizon))
+        res = asyncio.run(run_worker(args.worker, args.seconds, args.horizon,
+                                     engine=not args.no_engine))
         out = json.dumps(res)
         if args.json:
             args.json.write_text(out)
@@ -181,7 +187,8 @@ def main() -> int:
     results = []
     for rate in rates:
         p = subprocess.run([sys.executable, __file__, "--worker", str(rate), "--seconds",
-                            str(args.seconds), "--horizon", str(args.horizon)],
+                            str(args.seconds), "--horizon", str(args.horizon),
+                            *(["--no-engine"] if args.no_engine else [])],
                            capture_output=True, text=True, check=False,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         if p.returncode != 0:
@@ -191,7 +198,8 @@ def main() -> int:
     head = ["", *[f"{r / 1e3:,.0f}k/s" for r in rates]]
     if len(rates) == 2:
         head.append("ratio")
-    print(f"TUI load, horizon {args.horizon:g} s, {args.seconds:g} s per rate "
+    control = " (control: no engine)" if args.no_engine else ""
+    print(f"TUI load{control}, horizon {args.horizon:g} s, {args.seconds:g} s per rate "
           f"(measured after a {args.horizon + 2:g} s warm-up); load average before: "
           f"{load0:.1f}, after: {os.getloadavg()[0]:.1f}, on {os.cpu_count()} CPUs")
     print(f"{head[0]:48s}" + "".join(f"{h:>12s}" for h in head[1:]))

@@ -31,8 +31,8 @@ from ppwtop.tui.feed import PowerTrace, SnapshotFeed
 from ppwtop.tui.live import SORT_KEYS, LiveScreen
 
 POLL_PERIOD_S = 0.1  # the engine thread's wait when the feed has nothing new
-TICK_S = 0.05  # the tick thread looks twice per 100 ms sensor period ...
-MIN_POST_S = 0.09  # ... and posts at most ~10 times a second
+TICK_S = 0.02  # the tick thread looks five times per 100 ms sensor period ...
+MIN_POST_S = 0.08  # ... and posts at most 12.5 times a second (10 Hz sensor + jitter)
 
 
 class SnapshotReady(Message):

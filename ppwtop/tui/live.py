@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Sparkline, Static
 
@@ -299,6 +300,12 @@ class LiveScreen(Screen[None]):
     def refresh_view(self, tables: bool = True) -> None:
         if not self.is_mounted:
             return
+        try:
+            self._refresh_view(tables)
+        except NoMatches:  # a message that arrived while the app was closing
+            return
+
+    def _refresh_view(self, tables: bool) -> None:
         app: Any = self.app
         sort_key: str = getattr(app, "sort_key", "energy")
         name_filter: str = getattr(app, "name_filter", "")
