@@ -188,3 +188,29 @@ async def test_detail_follows_live_numbers() -> None:
         await pilot.pause()
         text = str(app.screen.query_one("#detail", Static).render())
         assert "444 J" in text and "300 J" not in text
+
+
+def test_panel_feed_adds_panels_from_the_same_records() -> None:
+    from ppwtop.demo_feed import DemoFeed
+    from ppwtop.panel_feed import PanelFeed
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    inner = DemoFeed("demo", "h100", 4.0, horizon_s=2.0, refresh_s=0.0, clock=Clock())
+    feed = PanelFeed(inner)
+    snap = feed.next_snapshot()
+    assert snap is not None and feed.label == inner.label and feed.connected
+    panels = snap.extra["panels"]
+    # every kernel row of the snapshot has its series, with as many launches as calls
+    for k in snap.kernels:
+        series = panels["classes"][f"{k.gpu}:{k.name}"]
+        assert sum(series["launches"]) == k.calls
+        assert sum(series["hist_counts"]) == k.calls
+    busy = panels["busy"][0]["fraction"]
+    assert 0.0 < float(np.mean(busy)) <= 1.0
+    assert panels["clocks"][0]["samples"] > 0
+    assert len(feed.power_trace()[0]) > 0
