@@ -4,6 +4,7 @@ the width-fitted header, the GPU switch, the detail histogram and the compare me
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +215,24 @@ def test_panel_feed_adds_panels_from_the_same_records() -> None:
     assert 0.0 < float(np.mean(busy)) <= 1.0
     assert panels["clocks"][0]["samples"] > 0
     assert len(feed.power_trace()[0]) > 0
+
+
+def test_with_sla_judges_steps_and_demo_headless_exports_it(tmp_path: Path) -> None:
+    import orjson
+
+    from ppwtop.cli.main import main
+    from ppwtop.panel_feed import with_sla
+
+    base = make_snapshot()
+    st = dataclasses.replace(base.steps, step_latency_ms=(10.0, 20.0, 30.0, 40.0))
+    snap = with_sla(dataclasses.replace(base, steps=st), 25.0)
+    assert snap.steps is not None and snap.steps.sla_ms == 25.0
+    assert snap.steps.sla_compliance == pytest.approx(0.5)
+    assert with_sla(base, None) is base  # no SLA asked: untouched
+    out = tmp_path / "s.json"
+    assert main(["demo", "--headless", "--seconds", "3", "--sla-ms", "40",
+                 "--export", str(out)]) == 0
+    steps = orjson.loads(out.read_bytes())["steps"]
+    lat = np.asarray(steps["step_latency_ms"])
+    assert steps["sla_ms"] == 40.0
+    assert steps["sla_compliance"] == pytest.approx(float(np.mean(lat <= 40.0)))
