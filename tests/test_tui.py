@@ -180,7 +180,7 @@ async def test_filter_by_name_then_clear() -> None:
         assert kernel_order(app) == ["layernorm_fwd"]
         await pilot.press("enter")
         assert kernel_order(app) == ["layernorm_fwd"]
-        assert "filter: norm" in header(app)
+        assert "filter: norm" in str(app.live.query_one("#kernels", DataTable).border_title)
         await pilot.press("escape")
         assert len(kernel_order(app)) == 3
 
@@ -512,6 +512,17 @@ def test_svg_live_screen_100x30(snap_compare: object) -> None:
         await pilot.pause()  # type: ignore[attr-defined]
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
+
+
+def test_svg_live_screen_80x24(snap_compare: object) -> None:
+    """The live screen on a classic 80x24 terminal: the narrow, short layout."""
+    app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
+
+    async def loaded(pilot: object) -> None:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()  # type: ignore[attr-defined]
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=loaded)  # type: ignore[operator]
 
 
 def test_svg_compare_screen(snap_compare: object) -> None:

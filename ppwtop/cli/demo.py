@@ -54,6 +54,9 @@ def main(argv: list[str]) -> int:
                     help="no screen: run the S seconds at once, print a summary")
     ap.add_argument("--export", type=Path, default=None,
                     help="with --headless: write the last snapshot JSON here")
+    ap.add_argument("--sla-ms", type=positive_float, default=None, metavar="X",
+                    help="step-latency SLA: the header shows p95/p99 against it and the "
+                         "share of steps within it")
     ap.add_argument("--export-dir", type=Path, default=None,
                     help="where 'e' in the TUI writes snapshots (default: current directory)")
     args = ap.parse_args(argv)
@@ -66,6 +69,9 @@ def main(argv: list[str]) -> int:
         snap = feed.final_snapshot()
         if snap is None:
             raise PpwtopError("the simulated run has no GPU activity")
+        from ppwtop.panel_feed import with_sla
+
+        snap = with_sla(snap, args.sla_ms)
         if args.export is not None:
             try:
                 args.export.write_bytes(orjson.dumps(
@@ -76,7 +82,8 @@ def main(argv: list[str]) -> int:
         return 0
     if args.export is not None:
         raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
+    from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
-    PpwtopApp(feed, export_dir=args.export_dir).run()
+    PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir).run()
     return 0

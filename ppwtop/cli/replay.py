@@ -28,6 +28,9 @@ def main(argv: list[str]) -> int:
                     help="with --headless: only the first S seconds (default: all)")
     ap.add_argument("--export", type=Path, default=None,
                     help="with --headless: write the snapshot JSON here")
+    ap.add_argument("--sla-ms", type=positive_float, default=None, metavar="X",
+                    help="step-latency SLA: the header shows p95/p99 against it and the "
+                         "share of steps within it")
     ap.add_argument("--export-dir", type=Path, default=None,
                     help="where 'e' in the TUI writes snapshots (default: current directory)")
     args = ap.parse_args(argv)
@@ -54,13 +57,17 @@ def main(argv: list[str]) -> int:
             snap = feed.snapshot_at(end_ns, end_ns - feed.start_ns + 1, 200)
         if snap is None:
             raise PpwtopError(f"{args.file}: no GPU activity in the replayed span")
+        from ppwtop.panel_feed import with_sla
+
+        snap = with_sla(snap, args.sla_ms)
         if args.export is not None:
             from ppwtop.snapshot_io import write_snapshot
 
             write_snapshot(snap, args.export)
         print(summary(snap).replace("ppwtop demo:", f"ppwtop replay {args.file.name}:", 1))
         return 0
+    from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
-    PpwtopApp(feed, export_dir=args.export_dir).run()
+    PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir).run()
     return 0

@@ -1,9 +1,12 @@
-"""The ppwtop Textual app: polls a :class:`~ppwtop.tui.feed.SnapshotFeed` from a worker
-thread at 10 Hz and renders the Snapshots it delivers (live, detail and compare screens).
+"""The ppwtop Textual app: polls a :class:`~ppwtop.tui.feed.SnapshotFeed` from two worker
+threads and renders what it delivers (live, detail and compare screens).
 
-The worker posts one :class:`SnapshotReady` message at a time (the next poll waits until the
-UI has rendered the previous one), so a slow screen never piles up snapshots and the UI never
-blocks on the feed.
+``ppwtop-engine`` calls ``feed.next_snapshot()`` (which may take seconds: the engine runs in
+it) and leaves the newest snapshot in a one-slot mailbox.  ``ppwtop-tick`` wakes at 10 Hz,
+reads ``power_trace()`` and ``connected`` and posts one :class:`SnapshotReady` (with the
+mailbox's snapshot, if any) when something changed.  The next tick waits until the UI has
+rendered the previous one, so a slow screen never piles up messages, the UI never blocks on
+the feed, and a long attribution never stalls the 10 Hz power graph.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from ppwtop.tui.detail import DetailScreen
 from ppwtop.tui.feed import PowerTrace, SnapshotFeed
 from ppwtop.tui.live import SORT_KEYS, LiveScreen
 
-POLL_PERIOD_S = 0.1
+POLL_PERIOD_S = 0.1  # the engine thread's wait when the feed has nothing new
+TICK_S = 0.02  # the tick thread looks five times per 100 ms sensor period ...
+MIN_POST_S = 0.08  # ... and posts at most 12.5 times a second (10 Hz sensor + jitter)
 
 
 class SnapshotReady(Message):
-    """A new snapshot (or a connection change) from the feed thread."""
+    """A new snapshot (or a connection change) from the feed threads."""
 
     def __init__(self, snapshot: Snapshot | None, power: PowerTrace, connected: bool,
                  error: str | None = None) -> None:
@@ -40,6 +45,7 @@ class SnapshotReady(Message):
         self.snapshot = snapshot
         self.power = power
         self.connected = connected
+        self.posted_s = time.monotonic()
 
 
 def export_snapshot(snap: Snapshot, directory: Path) -> Path:
@@ -66,6 +72,7 @@ class PpwtopApp(App[None]):
         Binding("e", "export", "export"),
         Binding("b", "baseline", "baseline"),
         Binding("c", "compare", "compare"),
+        Binding("g", "switch_gpu", "GPU"),
     ]
 
     def __init__(self, feed: SnapshotFeed, *, export_dir: Path | None = None,
@@ -83,7 +90,9 @@ class PpwtopApp(App[None]):
         self.paused = False
         self.sort_key = SORT_KEYS[0]
         self.name_filter = ""
+        self.gpu: int | None = None  # None: all GPUs
         self.ticks = 0
+        self.renders = 0
         self._stop = threading.Event()
         self._rendered = threading.Event()
         self._rendered.set()
@@ -93,7 +102,14 @@ class PpwtopApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(self.live)
-        self._thread = threading.Thread(target=self._poll, name="ppwtop-feed", daemon=True)
+        self._mailbox: Snapshot | None = None
+        self._feed_error: str | None = None
+        self._feed_ok = True
+        self._lock = threading.Lock()
+        self._engine_thread = threading.Thread(target=self._pull_snapshots,
+                                               name="ppwtop-engine", daemon=True)
+        self._thread = threading.Thread(target=self._tick, name="ppwtop-tick", daemon=True)
+        self._engine_thread.start()
         self._thread.start()
         if self.start_compare:
             self.call_after_refresh(self.action_compare)
@@ -101,27 +117,57 @@ class PpwtopApp(App[None]):
     def on_unmount(self) -> None:
         self._stop.set()
 
-    def _poll(self) -> None:
+    def _pull_snapshots(self) -> None:
+        """Engine thread: next_snapshot() into the one-slot mailbox (newest wins)."""
+        while not self._stop.is_set():
+            with self._lock:
+                full = self._mailbox is not None
+            if self.paused or full:
+                self._stop.wait(POLL_PERIOD_S / 2)
+                continue
+            try:
+                snap = self.feed.next_snapshot()
+                ok = True
+            except Exception as e:  # a feed failure is a disconnect, said once
+                snap, ok = None, False
+                with self._lock:
+                    if self._feed_ok:
+                        self._feed_error = f"feed error: {e}"
+            with self._lock:
+                self._feed_ok = ok
+                if snap is not None:
+                    self._mailbox = snap
+            if snap is None:
+                self._stop.wait(POLL_PERIOD_S)
+
+    def _tick(self) -> None:
+        """Tick thread: power trace + connection state + the mailbox, one message at a time,
+        posted when something changed (a new power reading: up to 10 Hz)."""
         was_connected = True
         last_power_t = None
+        last_post = 0.0
+        power: PowerTrace = self.live._power
         while not self._stop.is_set():
             t0 = time.monotonic()
-            if self._rendered.is_set() and not self.paused:
-                error = None
+            if self._rendered.is_set() and not self.paused and t0 - last_post >= MIN_POST_S:
                 try:
-                    snap = self.feed.next_snapshot()
-                    connected = bool(self.feed.connected)
                     power = self.feed.power_trace()
-                except Exception as e:  # a feed failure is a disconnect, said once
-                    snap, connected, power = None, False, self.live._power
-                    error = f"feed error: {e}" if was_connected else None
+                    connected = bool(self.feed.connected)
+                except Exception:
+                    connected = False
+                with self._lock:
+                    snap, self._mailbox = self._mailbox, None
+                    connected = connected and self._feed_ok
+                    error, self._feed_error = self._feed_error, None
                 power_t = int(power[0][-1]) if len(power[0]) else None
-                if snap is not None or connected != was_connected or power_t != last_power_t:
+                if (snap is not None or connected != was_connected or power_t != last_power_t
+                        or error):
                     was_connected = connected
                     last_power_t = power_t
+                    last_post = t0
                     self._rendered.clear()
                     self.post_message(SnapshotReady(snap, power, connected, error))
-            self._stop.wait(max(0.0, POLL_PERIOD_S - (time.monotonic() - t0)))
+            self._stop.wait(max(0.0, TICK_S - (time.monotonic() - t0)))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         try:
@@ -132,7 +178,10 @@ class PpwtopApp(App[None]):
             if message.error:
                 self.notify(message.error, severity="error", markup=False, timeout=8)
             self.live.show_snapshot(message.snapshot, message.power)
+            if message.snapshot is not None and isinstance(self.screen, DetailScreen):
+                self.screen.follow(message.snapshot)
         finally:
+            self.renders += 1
             self._rendered.set()
 
     # ------------------------------------------------------------------ actions
@@ -144,6 +193,21 @@ class PpwtopApp(App[None]):
     def action_cycle_sort(self) -> None:
         i = SORT_KEYS.index(self.sort_key)
         self.sort_key = SORT_KEYS[(i + 1) % len(SORT_KEYS)]
+        self.live.refresh_view()
+
+    def action_switch_gpu(self) -> None:
+        """Cycle the GPU shown: all → 0 → 1 → … → all (only with more than one GPU)."""
+        from ppwtop.tui.live import gpus_of
+
+        gpus = gpus_of(self.snapshot)
+        if len(gpus) < 2:
+            self.gpu = None
+            self.notify("only one GPU in this snapshot")
+        else:
+            order: list[int | None] = [None, *gpus]
+            i = order.index(self.gpu) if self.gpu in order else 0
+            self.gpu = order[(i + 1) % len(order)]
+            self.notify("showing all GPUs" if self.gpu is None else f"showing GPU {self.gpu}")
         self.live.refresh_view()
 
     def action_filter(self) -> None:
@@ -205,3 +269,5 @@ class PpwtopApp(App[None]):
                             self.action_compare)
         yield SystemCommand("Detail of selected row", "one class in full (d / enter)",
                             self.action_detail)
+        yield SystemCommand("Switch GPU", "all GPUs, then each GPU in turn (g)",
+                            self.action_switch_gpu)

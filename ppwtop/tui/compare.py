@@ -53,21 +53,35 @@ def deltas(a: Snapshot, b: Snapshot) -> tuple[str, list[tuple[str, float, float,
     return unit, rows
 
 
-def verdict_text(a: Snapshot, b: Snapshot) -> str:
+def verdict_and_mechanisms(a: Snapshot, b: Snapshot) -> tuple[str, str]:
+    """The verdict line and the mechanism decomposition (top 6 by |Δ|), from
+    :func:`attribution.diff.diff`; deltas only when it cannot be had."""
     try:
         from attribution.diff import diff
     except ImportError:
-        return "verdict: (attribution.diff not available: deltas only)"
+        return "verdict: (attribution.diff not available: deltas only)", ""
     try:
         r: Any = diff(a, b)
     except Exception as e:
-        return esc(f"verdict: unavailable ({type(e).__name__}: {e})")
+        return esc(f"verdict: unavailable ({type(e).__name__}: {e})"), ""
     colour = {"regression": "red", "improvement": "green"}.get(r.verdict, "yellow")
     unit = "J/step" if getattr(r, "metric", "") == "energy_per_step_j" else "J/s"
     ci = getattr(r, "delta_ci", (math.nan, math.nan))
-    return (f"verdict: [b {colour}]{r.verdict}[/]  Δ {fmt_num(r.delta)} {unit} "
-            f"(90% CI [{fmt_num(ci[0])}, {fmt_num(ci[1])}]), "
-            f"comparability {getattr(r, 'comparability', math.nan):.2f}")
+    verdict = (f"verdict: [b {colour}]{r.verdict}[/]  Δ {fmt_num(r.delta)} {unit} "
+               f"(90% CI [{fmt_num(ci[0])}, {fmt_num(ci[1])}]), "
+               f"comparability {getattr(r, 'comparability', math.nan):.2f}")
+    mechs = sorted(getattr(r, "mechanisms", ()), key=lambda m: -abs(m.delta_j))[:6]
+    lines = []
+    for m in mechs:
+        c = "red" if m.delta_j > 0 else "green" if m.delta_j < 0 else "dim"
+        owner = f" [dim]({esc(m.owner)})[/]" if getattr(m, "owner", None) else ""
+        lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {m.share_of_delta * 100:+.0f}%  "
+                     f"{esc(m.mechanism)}{owner}")
+    return verdict, "\n".join(lines) if lines else "[dim]no mechanism moved[/]"
+
+
+def verdict_text(a: Snapshot, b: Snapshot) -> str:
+    return verdict_and_mechanisms(a, b)[0]
 
 
 def summary_text(title: str, s: Snapshot) -> str:
@@ -86,6 +100,9 @@ def summary_text(title: str, s: Snapshot) -> str:
 
 class CompareScreen(Screen[None]):
     CSS_PATH = Path(__file__).with_name("compare.tcss")
+    # Textual declares these as instance-typed lists: ClassVar would fail mypy
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012
+        (0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back")]
 
     def __init__(self, baseline: Snapshot, candidate: Snapshot,
@@ -99,14 +116,17 @@ class CompareScreen(Screen[None]):
         with Horizontal(id="sides"):
             yield Static(summary_text(self.names[0], self.baseline), id="side-a")
             yield Static(summary_text(self.names[1], self.candidate), id="side-b")
-        yield Static(verdict_text(self.baseline, self.candidate), id="verdict")
-        yield DataTable(id="deltas", cursor_type="row", zebra_stripes=True)
+        verdict, mechs = verdict_and_mechanisms(self.baseline, self.candidate)
+        yield Static(verdict, id="verdict")
+        with Horizontal(id="lower"):
+            yield DataTable(id="deltas", cursor_type="row", zebra_stripes=True)
+            yield Static(mechs, id="mechanisms")
         yield Footer()
 
     def on_mount(self) -> None:
         t = self.query_one("#deltas", DataTable)
         unit, drows = deltas(self.baseline, self.candidate)
-        for label, key, width in (("class", "name", 44), ("baseline", "a", 10),
+        for label, key, width in (("class", "name", 30), ("baseline", "a", 10),
                                   ("candidate", "b", 10), ("Δ", "d", 9), ("Δ%", "p", 8)):
             t.add_column(label, key=key, width=width)
         rows = []
@@ -114,10 +134,11 @@ class CompareScreen(Screen[None]):
             pct = d / ea * 100 if ea else math.inf if d else 0.0
             style = "red" if d > 0 else "green" if d < 0 else ""
             shown = f"kernel:{short_name(name[7:])}" if name.startswith("kernel:") else name
-            rows.append((name, [name_cell(shown, 44), num_cell(ea), num_cell(eb),
+            rows.append((name, [name_cell(shown, 30), num_cell(ea), num_cell(eb),
                                 Cell(-i, f"{d:+.3g}", style=style),
                                 Cell(pct, "new" if math.isinf(pct) else f"{pct:+.1f}%",
                                      style=style)]))
         sync_table(t, rows, 3, reverse=True)
         t.border_title = f"per class, {unit}: Δ = candidate - baseline, largest |Δ| first"
+        self.query_one("#mechanisms", Static).border_title = "where the Δ comes from"
         t.focus()

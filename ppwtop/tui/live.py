@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Sparkline, Static
 
-from attribution.snapshot import CopyRow, IdleRow, KernelRow, Snapshot
+from attribution.snapshot import CopyRow, IdleRow, KernelRow, Snapshot, Totals
+from ppwtop.tui.detail import row_key
 from ppwtop.tui.feed import PowerTrace
 from ppwtop.tui.widgets import (
     NOT_RESOLVABLE,
@@ -37,68 +40,104 @@ from ppwtop.tui.widgets import (
 SORT_KEYS = ("energy", "time", "calls", "name")
 # column index per sort key, per table (kernels / copies / idle)
 _KERNEL_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
-_OTHER_SORT = {"energy": 1, "time": 3, "calls": 4, "name": 0}
+_OTHER_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
 GRAPH_POINTS = 200
 
 Row = KernelRow | CopyRow | IdleRow
 
 
-def kernel_key(k: KernelRow) -> str:
-    return f"k:{k.gpu}:{k.name}"
+def fit_line(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> str:
+    """Join markup ``parts`` (priority, text) with ``sep``, dropping the lowest-priority
+    parts (highest number) until the line fits ``width`` cells; the rest keep their order."""
+    keep = list(parts)
+    while keep:
+        line = sep.join(t for _, t in keep)
+        if Text.from_markup(line).cell_len <= width or len(keep) == 1:
+            return line
+        worst = max(range(len(keep)), key=lambda i: (keep[i][0], i))
+        del keep[worst]
+    return ""
 
 
-def copy_key(c: CopyRow) -> str:
-    return f"c:{c.gpu}:{c.kind}/{c.memory}"
-
-
-def idle_key(i: IdleRow) -> str:
-    return f"i:{i.gpu}:{i.cause}"
+def _closure(t: Totals) -> str:
+    c = t.closure_error
+    colour = "green" if abs(c) < 0.05 else "yellow" if abs(c) < 0.10 else "red"
+    return f"closure [{colour}]{c * 100:+.1f}%[/]"
 
 
 def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: bool,
-                power: PowerTrace, sort_key: str, name_filter: str) -> str:
-    """The two header lines (Rich markup)."""
-    flags = []
+                power: PowerTrace, width: int = 200, gpu: int | None = None) -> str:
+    """The three header lines (Rich markup), each fitted to ``width`` cells: the lowest
+    priority items go first on a narrow terminal, nothing wraps."""
+    width = max(width - 2, 20)  # the header's padding
+    flags: list[tuple[int, str]] = []
     if not connected:
-        flags.append("[b reverse red] target disconnected [/] (last data kept)")
+        flags.append((0, "[b reverse red] target disconnected [/]"))
     if paused:
-        flags.append("[b reverse yellow] paused [/]")
+        flags.append((0, "[b reverse yellow] paused [/]"))
     if snap is None:
-        return f"[b]ppwtop[/] · {esc(label)} · waiting for data…  " + "  ".join(flags)
-    gpu = snap.gpus[0] if snap.gpus else None
-    gpu_s = (f"{esc(clip(gpu.name, 28))} ({gpu.model}, sensor {gpu.sensor.field} "
-             f"{fmt_num(gpu.sensor.period_ms)} ms)") if gpu else "no GPU"
-    if len(snap.gpus) > 1:
-        gpu_s += f" +{len(snap.gpus) - 1} GPU"
+        return fit_line([(0, "[b]ppwtop[/]"), (1, esc(clip(label, 40))), *flags,
+                         (2, "waiting for data…")], width)
+    gi = next((g for g in snap.gpus if g.index == gpu), snap.gpus[0] if snap.gpus else None)
+    line1: list[tuple[int, str]] = [(0, "[b]ppwtop[/]"), (1, f"[b]{esc(clip(label, 36))}[/]")]
+    line1 += flags
+    if gi is not None:
+        sel = f"GPU {gi.index}/{len(snap.gpus)} " if len(snap.gpus) > 1 else ""
+        line1.append((2, f"{sel}{esc(clip(gi.name, 28))}"))
+        line1.append((3, f"{gi.sensor.field} {fmt_num(gi.sensor.period_ms)} ms"))
+        if gpu is None and len(snap.gpus) > 1:
+            line1.append((2, "all GPUs"))
+    rec = snap.meta.get("recording")
+    if isinstance(rec, str) and rec:
+        line1.append((1, f"[red]●[/] rec {esc(clip(Path(rec).name, 24))}"))
+    dropped = snap.meta.get("dropped_records")
+    if isinstance(dropped, int):
+        colour = "red" if dropped else "dim"
+        line1.append((2, f"[{colour}]dropped {fmt_num(dropped)}[/]"))
     t = snap.totals
     dur_s = snap.window.duration_s
     avg_w = t.energy_j / dur_s if dur_s > 0 else math.nan
     now_w = float(power[1][-1]) if len(power[1]) else avg_w
-    line1 = f"[b]ppwtop[/] · [b]{esc(clip(label, 36))}[/] · {gpu_s}  " + "  ".join(flags)
-    no_power = (gpu is None or gpu.sensor.field == "none") and not len(power[1])
+    no_power = (gi is None or gi.sensor.field == "none") and not len(power[1])
     if no_power:
-        parts = [f"[yellow]no power data: times only[/] · {fmt_num(dur_s)} s"]
+        line2: list[tuple[int, str]] = [
+            (0, f"[yellow]no power data: times only[/] · {fmt_num(dur_s)} s")]
     else:
-        parts = [
-            f"[b]{fmt_num(now_w)} W[/] now",
-            f"{fmt_num(avg_w)} W avg",
-            f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s",
-            *_so_far(snap),
-        ]
+        line2 = [(0, f"[b]{fmt_num(now_w)} W[/] now"), (1, f"{fmt_num(avg_w)} W avg"),
+                 (2, f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s"),
+                 *[(1, x) for x in _so_far(snap)],
+                 (4, f"P_idle {fmt_num(t.active_idle_w)} W")]
     if t.measured_energy_j > 0:
-        parts.append(f"closure {t.closure_error * 100:+.1f}%")
-    line2 = " · ".join(parts)
-    line3 = "" if no_power else f"P_idle {fmt_num(t.active_idle_w)} W · "
+        line2.append((3, _closure(t)))
+    line3: list[tuple[int, str]] = []
     st = snap.steps
     if st is not None and st.count > 0:
-        line3 += (f"[b]{fmt_num(st.energy_j.mean)} J/step[/] ({st.count} steps) · "
-                  f"p95 {fmt_num(st.latency_ms.p95)} ms p99 {fmt_num(st.latency_ms.p99)} ms · ")
-    line3 += f"sort: [b]{sort_key}[/]"
-    if name_filter:
-        line3 += f" · filter: [b]{esc(name_filter)}[/]"
+        line3.append((0, f"[b]{fmt_num(st.energy_j.mean)} J/step[/]"))
+        if st.items_per_j is not None:
+            line3.append((1, f"[b]{fmt_num(st.items_per_j)} items/J[/]"))
+        lat = f"p95 {fmt_num(st.latency_ms.p95)} p99 {fmt_num(st.latency_ms.p99)} ms"
+        if st.sla_ms is not None:
+            over = st.latency_ms.p99 > st.sla_ms
+            colour = "red" if over else "green"
+            lat += f" [{colour}]vs SLA {fmt_num(st.sla_ms)} ms[/]"
+            if st.sla_compliance is not None:
+                lat += f" ({st.sla_compliance * 100:.0f}% in)"
+        line3.append((1, lat))
+        line3.append((3, f"{st.count} steps"))
+    else:
+        line3.append((3, "[dim]no steps[/]"))
     if snap.warnings:
-        line3 += f" · [yellow]{len(snap.warnings)} warning(s): {esc(snap.warnings[0])}[/]"
-    return "\n".join((line1, line2, line3))
+        line3.append((2, f"[yellow]⚠ {len(snap.warnings)}: {esc(snap.warnings[0])}[/]"))
+    return "\n".join(_clip_markup(fit_line(x, width), width) for x in (line1, line2, line3))
+
+
+def _clip_markup(line: str, width: int) -> str:
+    """A last resort: a single part wider than the line is cut (as markup-safe text)."""
+    text = Text.from_markup(line)
+    if text.cell_len <= width:
+        return line
+    text.truncate(width, overflow="ellipsis")
+    return text.markup
 
 
 def _so_far(snap: Snapshot) -> list[str]:
@@ -112,7 +151,7 @@ def _so_far(snap: Snapshot) -> list[str]:
 
 
 def ineff_text(snap: Snapshot, limit: int = 6) -> str:
-    """The ranked inefficiencies: mechanism, J, fix, owner (Rich markup)."""
+    """The ranked inefficiencies, one line each: mechanism, J, owner, fix (Rich markup)."""
     if not snap.inefficiencies:
         return "[dim]none found[/]"
     lines = []
@@ -120,14 +159,88 @@ def ineff_text(snap: Snapshot, limit: int = 6) -> str:
         mark = "" if ie.resolvable else " ≈"
         owner = f" [dim]({esc(ie.owner)})[/]" if ie.owner else ""
         lines.append(f"{ie.rank}. [b]{esc(ie.mechanism)}[/] {fmt_num(ie.energy_j)} J{mark}"
-                     f" → {esc(ie.fix)}{owner}")
+                     f"{owner} → {esc(ie.fix)}")
     return "\n".join(lines)
 
 
+BAND_CHARS = " ▁▂▃▄▅▆▇█"
+
+
+def bucket_means(values: np.ndarray, width: int) -> np.ndarray:
+    """``values`` averaged into ``width`` buckets the way Sparkline splits its data (NaN
+    where a bucket has no finite value)."""
+    n = len(values)
+    if n == 0 or width <= 0:
+        return np.full(max(width, 0), np.nan)
+    if n <= width:
+        return values.astype(np.float64)
+    edges = (np.arange(width + 1) * n) // width
+    out = np.full(width, np.nan)
+    for i in range(width):  # width is a screen width (< 300), not a record count
+        seg = values[edges[i]:edges[i + 1]]
+        seg = seg[np.isfinite(seg)]
+        if len(seg):
+            out[i] = float(seg.mean())
+    return out
+
+
+def busy_band(snap: Snapshot | None, power: PowerTrace, gpu: int, width: int) -> str:
+    """One line: GPU busy fraction (0–1) at the time of each power point, bucketed like the
+    power graph above it, so a column of the band sits under the same time as the bar."""
+    label = "busy "
+    w = width - len(label)
+    panels = snap.extra.get("panels") if snap is not None else None
+    series = None
+    if isinstance(panels, dict):
+        series = next((b for b in panels.get("busy", []) if b.get("gpu") == gpu), None)
+    t_ns = power[0][-GRAPH_POINTS:]
+    if series is None or not len(t_ns) or w <= 0:
+        return f"[dim]{label}{'·' * max(w, 0)}[/]" if w > 0 else ""
+    frac = np.asarray(series["fraction"], dtype=np.float64)
+    idx = (t_ns - int(series["t0_ns"])) // int(series["bin_ns"])
+    ok = (idx >= 0) & (idx < len(frac))
+    vals = np.where(ok, frac[np.clip(idx, 0, max(len(frac) - 1, 0))], np.nan)
+    cells = bucket_means(vals, w)
+    chars = "".join("·" if not math.isfinite(v) else BAND_CHARS[round(v * 8)]
+                    for v in cells)
+    return f"[dim]{label}[/][$success]{chars}[/]"
+
+
+def clock_strip(snap: Snapshot | None, gpu: int) -> str:
+    """SM/memory clock, temperature and clamp state of one GPU (from ``extra["panels"]``)."""
+    panels = snap.extra.get("panels") if snap is not None else None
+    ck = None
+    if isinstance(panels, dict):
+        ck = next((c for c in panels.get("clocks", []) if c.get("gpu") == gpu), None)
+    if ck is None:
+        return "[dim]clocks: no clock samples[/]"
+    now = ck.get("clamped_now") or []
+    clamp = (f"[b reverse red] clamped: {', '.join(now)} [/]" if now
+             else "[green]not clamped[/]")
+    share = float(ck.get("clamped_share", 0.0))
+    by = ck.get("clamp_share_by_reason") or {}
+    hist = (f" · clamped {share * 100:.0f}% of window ({', '.join(sorted(by))})"
+            if share > 0 else "")
+    return (f"SM {ck['sm_mhz']} MHz (peak {ck['sm_mhz_max']}) · mem {ck['mem_mhz']} MHz · "
+            f"{fmt_num(float(ck['temp_c']))} °C (max {fmt_num(float(ck['temp_c_max']))}) · "
+            f"{clamp}{hist}")
+
+
+def gpus_of(snap: Snapshot | None) -> list[int]:
+    if snap is None:
+        return []
+    return sorted({g.index for g in snap.gpus} | {k.gpu for k in snap.kernels})
+
+
 class LiveScreen(Screen[None]):
-    """Header + power graph + kernels table + copies/idle tables + inefficiencies."""
+    """Header + power graph and busy band + kernels + copies/idle + inefficiencies + clocks."""
 
     CSS_PATH = Path(__file__).with_name("live.tcss")
+    # Textual declares these as instance-typed lists: ClassVar would fail mypy
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012
+        (0, "-narrow"), (110, "-medium"), (150, "-wide")]
+    VERTICAL_BREAKPOINTS = [  # noqa: RUF012
+        (0, "-short"), (30, "-tall")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "app.detail", "detail"),
         Binding("escape", "clear_filter", "clear filter", show=False),
@@ -143,28 +256,30 @@ class LiveScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="header")
         yield Sparkline([], id="power", summary_function=max)
+        yield Static(id="busy")
         with Vertical(id="tables"):
             yield DataTable(id="kernels", cursor_type="row", zebra_stripes=True)
             with Horizontal(id="bottom"):
                 yield DataTable(id="other", cursor_type="row")
                 yield Static(id="ineff")
+        yield Static(id="clocks")
         yield Input(placeholder="filter kernels by name (enter to apply, esc to clear)",
                     id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
         k = self.query_one("#kernels", DataTable)
-        name_w = self._name_w = max(20, self.app.size.width - 66)
+        name_w = self._name_w = max(13, self.app.size.width - 67)
         for label, key, width in (("kernel", "name", name_w), ("energy J", "e", 8),
                                   ("share", "share", 6), ("avg W", "w", 5),
                                   ("time s", "t", 6), ("calls", "n", 6),
                                   ("90% CI dyn J", "ci", 16)):
             k.add_column(label, key=key, width=width)
         o = self.query_one("#other", DataTable)
-        for label, key, width in (("class", "name", 18), ("J", "e", 6), ("share", "share", 6),
-                                  ("time s", "t", 6), ("calls", "n", 6)):
+        for label, key, width in (("class", "name", 19), ("J", "e", 6), ("share", "share", 6),
+                                  ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
+                                  ("90% CI dyn J", "ci", 16)):
             o.add_column(label, key=key, width=width)
-        k.border_title = "kernels"
         o.border_title = "copies & idle causes"
         self.query_one("#ineff", Static).border_title = "top inefficiencies"
         k.focus()
@@ -179,18 +294,40 @@ class LiveScreen(Screen[None]):
             self._power = power
         self.refresh_view(tables=snap is not None)
 
+    def on_resize(self) -> None:
+        self.refresh_view(tables=False)
+
     def refresh_view(self, tables: bool = True) -> None:
         if not self.is_mounted:
             return
+        try:
+            self._refresh_view(tables)
+        except NoMatches:  # a message that arrived while the app was closing
+            return
+
+    def _refresh_view(self, tables: bool) -> None:
         app: Any = self.app
         sort_key: str = getattr(app, "sort_key", "energy")
         name_filter: str = getattr(app, "name_filter", "")
+        gpu_sel: int | None = getattr(app, "gpu", None)
+        width = self.size.width or app.size.width
         self.query_one("#header", Static).update(header_text(
             self.snapshot, getattr(app, "label", ""), connected=getattr(app, "connected", True),
-            paused=getattr(app, "paused", False), power=self._power, sort_key=sort_key,
-            name_filter=name_filter))
+            paused=getattr(app, "paused", False), power=self._power, width=width,
+            gpu=gpu_sel))
         p = self._power[1][-GRAPH_POINTS:]
         self.query_one("#power", Sparkline).data = [float(x) for x in p]
+        shown_gpu = gpu_sel if gpu_sel is not None else (gpus_of(self.snapshot) or [0])[0]
+        self.query_one("#busy", Static).update(
+            busy_band(self.snapshot, self._power, shown_gpu, max(width - 2, 0)))
+        self.query_one("#clocks", Static).update(clock_strip(self.snapshot, shown_gpu))
+        k = self.query_one("#kernels", DataTable)
+        title = f"kernels · sort: {sort_key}"
+        if name_filter:
+            title += f" · filter: {esc(name_filter)}"
+        if gpu_sel is not None:
+            title += f" · GPU {gpu_sel}"
+        k.border_title = title
         snap = self.snapshot
         if snap is None or not tables:
             return
@@ -198,12 +335,14 @@ class LiveScreen(Screen[None]):
         rows: dict[str, Row] = {}
         needle = name_filter.lower()
 
-        multi_gpu = len({k.gpu for k in snap.kernels}) > 1
+        multi_gpu = len({k.gpu for k in snap.kernels}) > 1 and gpu_sel is None
         krows = []
         for kr in snap.kernels:
             if needle and needle not in kr.name.lower():
                 continue
-            key = kernel_key(kr)
+            if gpu_sel is not None and kr.gpu != gpu_sel:
+                continue
+            key = row_key(kr)
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
@@ -214,22 +353,32 @@ class LiveScreen(Screen[None]):
                 ci_cell(kr.dynamic_energy_ci_j) if kr.resolvable
                 else Cell(-1.0, NOT_RESOLVABLE, justify="left", style="yellow"),
             ]))
-        sync_table(self.query_one("#kernels", DataTable), krows, _KERNEL_SORT[sort_key],
-                   reverse=sort_key != "name")
+        sync_table(k, krows, _KERNEL_SORT[sort_key], reverse=sort_key != "name")
 
         orows = []
         for cr in snap.copies:
-            key = copy_key(cr)
+            if gpu_sel is not None and cr.gpu != gpu_sel:
+                continue
+            key = row_key(cr)
             rows[key] = cr
-            orows.append((key, [name_cell(f"copy {cr.kind}/{cr.memory}", 18),
-                                num_cell(cr.energy_j), pct_cell(cr.energy_j / total),
-                                num_cell(cr.time_s), num_cell(cr.calls)]))
+            orows.append((key, [
+                name_cell(f"copy {cr.kind}/{cr.memory}", 19, "" if cr.resolvable else "dim"),
+                num_cell(cr.energy_j), pct_cell(cr.energy_j / total),
+                num_cell(cr.energy_j / cr.time_s if cr.time_s > 0 else math.nan),
+                num_cell(cr.time_s), num_cell(cr.calls),
+                ci_cell(cr.dynamic_energy_ci_j) if cr.resolvable
+                else Cell(-1.0, NOT_RESOLVABLE, justify="left", style="yellow")]))
         for ir in snap.idle:
-            key = idle_key(ir)
+            if (gpu_sel is not None and ir.gpu != gpu_sel) or (ir.time_s <= 0 and not ir.count):
+                continue  # a cause that never happened is not worth a row
+            key = row_key(ir)
             rows[key] = ir
-            orows.append((key, [name_cell(f"idle {ir.cause}", 18), num_cell(ir.energy_j),
-                                pct_cell(ir.energy_j / total), num_cell(ir.time_s),
-                                num_cell(ir.count)]))
+            orows.append((key, [
+                name_cell(f"idle {ir.cause}", 19), num_cell(ir.energy_j),
+                pct_cell(ir.energy_j / total),
+                num_cell(ir.energy_j / ir.time_s if ir.time_s > 0 else math.nan),
+                num_cell(ir.time_s), num_cell(ir.count),
+                Cell(-math.inf, "P_idle × t", justify="left", style="dim")]))
         sync_table(self.query_one("#other", DataTable), orows, _OTHER_SORT[sort_key],
                    reverse=sort_key != "name")
         self.query_one("#ineff", Static).update(ineff_text(snap))

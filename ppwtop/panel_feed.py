@@ -1,0 +1,60 @@
+"""``PanelFeed``: a replay feed whose snapshots carry the live UI's display series.
+
+Wraps a :class:`~ppwtop.demo_feed.TraceFeed` (demo, replay) and adds
+``extra["panels"]`` (:mod:`attribution.panels`: GPU-busy band, clocks/temperature/clamp strip,
+per-class duration histograms and launches over time) to each snapshot it hands out, from
+the same records the snapshot was attributed from.  With ``sla_ms`` it also fills the steps'
+SLA fields (``sla_ms``, ``sla_compliance``: the share of steps within it) from the per-step
+latencies when the engine left them empty.  Everything else is delegated, so the wrapped
+feed's engine path is untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attribution.panels import with_panels
+from attribution.snapshot import Snapshot
+from ppwtop.demo_feed import TraceFeed
+from ppwtop.tui.feed import PowerTrace
+
+
+class PanelFeed:
+    """A :class:`~ppwtop.tui.feed.SnapshotFeed` over ``inner`` with panel data added."""
+
+    def __init__(self, inner: TraceFeed, *, sla_ms: float | None = None) -> None:
+        self.inner = inner
+        self.sla_ms = sla_ms
+
+    def next_snapshot(self) -> Snapshot | None:
+        snap = self.inner.next_snapshot()
+        if snap is None:
+            return None
+        w = snap.window
+        snap = with_panels(snap, self.inner.window(w.end_ns, w.end_ns - w.start_ns + 1))
+        return with_sla(snap, self.sla_ms)
+
+    def power_trace(self) -> PowerTrace:
+        return self.inner.power_trace()
+
+    @property
+    def connected(self) -> bool:
+        return self.inner.connected
+
+    @property
+    def label(self) -> str:
+        return self.inner.label
+
+
+def with_sla(snap: Snapshot, sla_ms: float | None) -> Snapshot:
+    """``snap`` with its steps judged against ``sla_ms`` (unchanged without steps, without an
+    SLA, or when the engine already set one)."""
+    st = snap.steps
+    if sla_ms is None or st is None or st.sla_ms is not None or not st.step_latency_ms:
+        return snap
+    lat = np.asarray(st.step_latency_ms, dtype=np.float64)
+    steps = dataclasses.replace(st, sla_ms=sla_ms,
+                                sla_compliance=float(np.mean(lat <= sla_ms)))
+    return dataclasses.replace(snap, steps=steps)

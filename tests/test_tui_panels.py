@@ -1,0 +1,238 @@
+"""The live screen's panels: ``attribution.panels`` series, the busy band and clocks strip,
+the width-fitted header, the GPU switch, the detail histogram and the compare mechanisms."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.text import Text
+from textual.widgets import DataTable, Static
+
+from attribution.model import (
+    CLOCK_REASON_SW_POWER_CAP,
+    ClockBatch,
+    KernelBatch,
+    StringTable,
+    Trace,
+)
+from attribution.panels import BUSY_BIN_NS, HIST_MIN_NS, panel_data, with_panels
+from attribution.snapshot import GpuInfo, SensorInfo, Snapshot
+from ppwtop.tui.app import PpwtopApp
+from ppwtop.tui.compare import CompareScreen
+from ppwtop.tui.detail import DetailScreen
+from ppwtop.tui.feed import StaticFeed
+from ppwtop.tui.live import header_text
+from tests.test_tui import FakeFeed, kernel, make_snapshot, wait_for
+
+T0 = 1_000_000_000_000
+
+
+def tiny_trace() -> Trace:
+    """Two kernels names on GPU 0: 'a' busy [0, 50 ms) + [40, 60 ms) (overlap counted once),
+    'b' 3 launches of 3 µs in the 2nd bin; clocks clamped by the power cap in the last one."""
+    st = StringTable(["a", "b"])
+    ms = 1_000_000
+    start = np.array([0, 40 * ms, 120 * ms, 130 * ms, 140 * ms], dtype=np.int64) + T0
+    end = start + np.array([50 * ms, 20 * ms, 3000, 3000, 3000])
+    k = KernelBatch.from_columns({"start_ns": start, "end_ns": end, "device": np.zeros(5),
+                                  "name_id": np.array([0, 0, 1, 1, 1])})
+    ck = ClockBatch.from_columns({
+        "t_ns": T0 + np.array([0, 100, 190]) * ms, "device": np.zeros(3),
+        "sm_mhz": np.array([1980, 1980, 1500]), "mem_mhz": np.full(3, 2619),
+        "temp_c": np.array([60.0, 70.0, 65.0]),
+        "clock_reasons": np.array([0, 0, CLOCK_REASON_SW_POWER_CAP], dtype=np.uint64)})
+    return Trace(strings=st, kernels=k, clocks=ck)
+
+
+def test_panel_data_busy_histogram_clocks() -> None:
+    p = panel_data(tiny_trace(), T0, T0 + 200_000_000)
+    busy = p["busy"][0]
+    assert busy["bin_ns"] == BUSY_BIN_NS and busy["t0_ns"] == T0
+    # bin 0: union [0, 60 ms) = 0.6; bin 1: 3 x 3 µs
+    assert busy["fraction"][0] == pytest.approx(0.6)
+    assert busy["fraction"][1] == pytest.approx(9e-5, abs=1e-3)
+    a, b = p["classes"]["0:a"], p["classes"]["0:b"]
+    # 'b': 3 µs launches fall in [2, 4) µs: bin 2 with 1 µs first edge
+    assert b["hist_min_ns"] == HIST_MIN_NS and b["hist_counts"][2] == 3
+    assert sum(b["hist_counts"]) == 3 and sum(a["hist_counts"]) == 2
+    assert sum(b["launches"]) == 3 and sum(a["launches"]) == 2
+    assert b["launches"][0] == 0  # none in the first 5 ms bin
+    ck = p["clocks"][0]
+    assert ck["sm_mhz"] == 1500 and ck["sm_mhz_max"] == 1980 and ck["temp_c_max"] == 70.0
+    assert ck["clamped_now"] == ["sw_power_cap"]
+    assert ck["clamped_share"] == pytest.approx(1 / 3)
+
+
+def test_panels_survive_snapshot_round_trip() -> None:
+    snap = dataclasses.replace(make_snapshot(), window=dataclasses.replace(
+        make_snapshot().window, start_ns=T0, end_ns=T0 + 200_000_000))
+    s2 = with_panels(snap, tiny_trace())
+    back = Snapshot.from_dict(s2.to_dict())
+    assert back.extra["panels"]["classes"]["0:b"]["hist_counts"][2] == 3
+    assert back.kernels == snap.kernels  # contract keys untouched
+
+
+def test_header_fits_width_and_keeps_the_essentials() -> None:
+    base = make_snapshot()
+    st = dataclasses.replace(base.steps, items_per_j=12.5, sla_ms=70.0, sla_compliance=0.93)
+    snap = dataclasses.replace(base, steps=st,
+                               meta={"recording": "/tmp/run.ppw", "dropped_records": 42,
+                                     "energy_so_far_j": 5000.0, "elapsed_s": 60.0})
+    power = (np.array([1, 2], dtype=np.int64), np.array([250.0, 312.0]))
+    wide = header_text(snap, "python train.py --epochs 3", connected=False, paused=True,
+                       power=power, width=200)
+    plain = Text.from_markup(wide).plain
+    for want in ("target disconnected", "paused", "312 W now", "5000 J so far",
+                 "closure +1.0%", "items/J", "vs SLA 70.0 ms", "93% in", "rec run.ppw",
+                 "dropped 42", "J/step", "p99 77.0"):
+        assert want in plain, want
+    for width in (80, 100):
+        narrow = Text.from_markup(header_text(
+            snap, "python train.py --epochs 3 " * 4, connected=False, paused=True,
+            power=power, width=width)).plain.split("\n")
+        assert len(narrow) == 3
+        assert all(len(line) <= width - 2 for line in narrow), narrow
+        # what matters most survives: the state flags, power now, J/step
+        assert "target disconnected" in narrow[0] and "312 W now" in narrow[1]
+        assert "J/step" in narrow[2]
+
+
+def two_gpu_snapshot() -> Snapshot:
+    s = make_snapshot()
+    k1 = dataclasses.replace(kernel("gpu1_only_kernel", 80.0, 0.2, 50), gpu=1)
+    gpus = (*s.gpus, GpuInfo(1, "NVIDIA H100 (1)", "h100", SensorInfo("instant", 100, 25, 1)))
+    return dataclasses.replace(s, kernels=(*s.kernels, k1), gpus=gpus)
+
+
+async def test_gpu_switch_cycles_all_then_each() -> None:
+    app = PpwtopApp(StaticFeed(two_gpu_snapshot()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        t = app.live.query_one("#kernels", DataTable)
+        assert t.row_count == 4
+        await pilot.press("g")
+        assert app.gpu == 0 and t.row_count == 3 and "GPU 0" in str(t.border_title)
+        await pilot.press("g")
+        assert app.gpu == 1 and t.row_count == 1
+        assert "GPU 1/2" in str(app.live.query_one("#header", Static).render())
+        await pilot.press("g")
+        assert app.gpu is None and t.row_count == 4
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Switch GPU" in titles
+
+
+async def test_80x24_header_three_lines_band_and_clocks() -> None:
+    snap = dataclasses.replace(make_snapshot(), window=dataclasses.replace(
+        make_snapshot().window, start_ns=T0, end_ns=T0 + 200_000_000))
+    snap = with_panels(snap, tiny_trace())
+    power = (T0 + np.arange(0, 200_000_000, 10_000_000, dtype=np.int64), np.full(20, 200.0))
+    app = PpwtopApp(StaticFeed(snap, label="a-rather-long-label-for-an-80-column-screen",
+                               power=power))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        header = app.live.query_one("#header", Static)
+        assert header.size.height == 3
+        lines = str(header.render()).split("\n")
+        assert len(lines) == 3 and all(len(x) <= 78 for x in lines)
+        band = str(app.live.query_one("#busy", Static).render())
+        assert band.startswith("busy ") and "▅" in band  # 0.6 busy in the first 100 ms
+        clocks = str(app.live.query_one("#clocks", Static).render())
+        assert "1500 MHz" in clocks and "clamped: sw_power_cap" in clocks
+        assert app.live.has_class("-narrow") and app.live.has_class("-short")
+        await pilot.press("d")  # kernel gemm_bf16_big has no panel series: said so
+        assert isinstance(app.screen, DetailScreen)
+        assert "not in this snapshot" in str(app.screen.query_one("#detail", Static).render())
+
+
+async def test_detail_shows_histogram_and_launches() -> None:
+    snap = make_snapshot({"b": (10.0, 0.1, 3)})
+    snap = dataclasses.replace(snap, window=dataclasses.replace(
+        snap.window, start_ns=T0, end_ns=T0 + 200_000_000))
+    app = PpwtopApp(StaticFeed(with_panels(snap, tiny_trace())))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("d")
+        text = str(app.screen.query_one("#detail", Static).render())
+        assert "launch durations" in text and "2 µs–4 µs" in text
+        # 3 launches 10 ms apart in 5 ms bins: three separate bars of one launch each
+        assert "launches over the window (40 bins of 5 ms, peak 1)" in text
+        assert text.rsplit("\n", maxsplit=1)[-1].count("█") == 3
+
+
+async def test_compare_shows_mechanisms() -> None:
+    a = make_snapshot()
+    b = make_snapshot(idle_j=140.0)
+    app = PpwtopApp(StaticFeed(b), baseline=a, start_compare=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.pause()
+        mech = str(app.screen.query_one("#mechanisms", Static).render())
+        assert "idle.host_stall" in mech.split("\n", maxsplit=1)[0]  # the largest |Δ| comes first
+        assert mech.split("\n", maxsplit=1)[0].lstrip().startswith("+")
+
+
+async def test_detail_follows_live_numbers() -> None:
+    feed = FakeFeed()
+    feed.push(make_snapshot())
+    app = PpwtopApp(feed)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.ticks == 1)
+        await pilot.press("d")  # gemm_bf16_big, 300 J
+        assert isinstance(app.screen, DetailScreen)
+        assert "300 J" in str(app.screen.query_one("#detail", Static).render())
+        feed.push(make_snapshot({"gemm_bf16_big": (444.0, 0.5, 100)}))
+        await wait_for(pilot, lambda: app.ticks == 2)
+        await pilot.pause()
+        text = str(app.screen.query_one("#detail", Static).render())
+        assert "444 J" in text and "300 J" not in text
+
+
+def test_panel_feed_adds_panels_from_the_same_records() -> None:
+    from ppwtop.demo_feed import DemoFeed
+    from ppwtop.panel_feed import PanelFeed
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    inner = DemoFeed("demo", "h100", 4.0, horizon_s=2.0, refresh_s=0.0, clock=Clock())
+    feed = PanelFeed(inner)
+    snap = feed.next_snapshot()
+    assert snap is not None and feed.label == inner.label and feed.connected
+    panels = snap.extra["panels"]
+    # every kernel row of the snapshot has its series, with as many launches as calls
+    for k in snap.kernels:
+        series = panels["classes"][f"{k.gpu}:{k.name}"]
+        assert sum(series["launches"]) == k.calls
+        assert sum(series["hist_counts"]) == k.calls
+    busy = panels["busy"][0]["fraction"]
+    assert 0.0 < float(np.mean(busy)) <= 1.0
+    assert panels["clocks"][0]["samples"] > 0
+    assert len(feed.power_trace()[0]) > 0
+
+
+def test_with_sla_judges_steps_and_demo_headless_exports_it(tmp_path: Path) -> None:
+    import orjson
+
+    from ppwtop.cli.main import main
+    from ppwtop.panel_feed import with_sla
+
+    base = make_snapshot()
+    st = dataclasses.replace(base.steps, step_latency_ms=(10.0, 20.0, 30.0, 40.0))
+    snap = with_sla(dataclasses.replace(base, steps=st), 25.0)
+    assert snap.steps is not None and snap.steps.sla_ms == 25.0
+    assert snap.steps.sla_compliance == pytest.approx(0.5)
+    assert with_sla(base, None) is base  # no SLA asked: untouched
+    out = tmp_path / "s.json"
+    assert main(["demo", "--headless", "--seconds", "3", "--sla-ms", "40",
+                 "--export", str(out)]) == 0
+    steps = orjson.loads(out.read_bytes())["steps"]
+    lat = np.asarray(steps["step_latency_ms"])
+    assert steps["sla_ms"] == 40.0
+    assert steps["sla_compliance"] == pytest.approx(float(np.mean(lat <= 40.0)))
