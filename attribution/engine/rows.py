@@ -96,13 +96,16 @@ def _measured_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) ->
 
 def _steps(trace: Trace, arrays: Arrays, sla_ms: float | None) -> Steps | None:
     mk = trace.markers
-    m = (mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
+    # the agent's mark_step() marks, when there are any, else ProfilerStep#N ranges
+    kind = MarkerKind.STEP_MARK if bool(np.any(mk.kind == int(MarkerKind.STEP_MARK))) \
+        else MarkerKind.PROFILER_STEP
+    m = (mk.kind == int(kind)) & (mk.end_ns > mk.start_ns)
     m &= (mk.start_ns >= arrays.window_start_ns) & (mk.end_ns <= arrays.window_end_ns)
     if not bool(m.any()):
         return None
-    s, e = mk.start_ns[m], mk.end_ns[m]
+    s, e, items = mk.start_ns[m], mk.end_ns[m], mk.items[m]
     order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    s, e, items = s[order], e[order], items[order]
     dur_s = (e - s).astype(np.float64) * 1e-9
     energy = np.zeros(len(s))
     for r in arrays.devices:
@@ -116,7 +119,9 @@ def _steps(trace: Trace, arrays: Arrays, sla_ms: float | None) -> Steps | None:
         return Quantiles(float(np.mean(v)), float(p[0]), float(p[1]), float(p[2]))
 
     return Steps(
-        count=len(s), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
+        count=len(s), energy_j=q(energy), latency_ms=q(lat_ms),
+        items_per_j=float(items.sum() / energy.sum())
+        if bool(np.all(np.isfinite(items))) and energy.sum() > 0 else None,
         sla_ms=sla_ms,
         sla_compliance=None if sla_ms is None else float(np.mean(lat_ms <= sla_ms)),
         step_energy_j=tuple(float(x) for x in energy),

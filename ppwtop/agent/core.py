@@ -89,13 +89,14 @@ class Agent:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._open_collector()  # first: the session sees a connection only once it is ready
         try:
             sock = connect(self.socket_path, self.connect_timeout_s)
         except OSError as e:
+            self._close_collector()
             raise AgentError(f"cannot connect to ppwtop at {self.socket_path}: "
                              f"{e.strerror or e}") from None
         try:
-            self._open_collector()
             sock.settimeout(self.connect_timeout_s)
             sock.sendall(frames.encode_json(FrameType.HELLO, self.hello()))
         except OSError as e:
@@ -252,7 +253,8 @@ class Agent:
             try:
                 parts = frames.encode_buffer_parts(
                     raw.data, seq=raw.seq, context=raw.context, stream_id=raw.stream_id,
-                    dropped_records=raw.dropped_records, names=raw.names)
+                    dropped_records=raw.dropped_records, names=raw.names,
+                    sent_ns=time.time_ns())
                 ok = s.offer(parts)
             except frames.FrameError:
                 ok = False

@@ -227,9 +227,8 @@ class Session:
         d = self.decoder.decode(b.data, dropped_records=b.dropped_records)
         c.buffers += 1
         c.decode_ns += time.perf_counter_ns() - t0
-        ends = [int(x.end_ns.max()) for x in (d.kernels, d.copies, d.memsets) if len(x)]
-        if ends:  # receive latency: last record completed -> decoded here (same host clock)
-            c.latency_ns.append(time.time_ns() - max(ends))
+        if b.sent_ns:  # buffer completed in the target -> decoded here (same host clock)
+            c.latency_ns.append(time.time_ns() - b.sent_ns)
             del c.latency_ns[:-1000]
         return Trace(strings=self.strings, kernels=d.kernels, copies=d.copies,
                      memsets=d.memsets, apis=ApiBatch.concat([d.apis, d.syncs]),
@@ -289,7 +288,9 @@ class Session:
                 "kernels": c.kernels, "copies": c.copies, "steps": c.steps,
                 "power_rows": c.power, "frames": c.frames,
                 "decode_us_per_buffer": c.decode_ns / 1e3 / max(c.buffers, 1),
-                "receive_latency_ms_p50": float(np.median(lat)) / 1e6 if len(lat) else None,
+                "buffer_latency_ms_p50": float(np.median(lat)) / 1e6 if len(lat) else None,
+                "buffer_latency_ms_p95": float(np.percentile(lat, 95)) / 1e6
+                if len(lat) else None,
                 "end_reason": self.end_reason,
                 "recording_error": self.recording_error,
             },

@@ -14,7 +14,8 @@ Frame = 12-byte header + payload::
     crc     u32 LE   zlib.crc32 of the payload (0 for BUFFER frames: see below)
 
 Control frames (HELLO, CLOCK, STATS, STEP, BYE) carry one UTF-8 JSON object.  A BUFFER frame
-carries ``u32 meta_len`` + a JSON object (seq, context, stream_id, dropped_records, names) +
+carries ``u32 meta_len`` + a JSON object (seq, context, stream_id, dropped_records, names,
+sent_ns) +
 the raw CUPTI activity bytes; its CRC is 0 because computing it would cost the target a pass
 over every buffer (the socket is a local, reliable stream).  A bad magic, an unknown version,
 a payload over the limit or a CRC mismatch raise :class:`FrameError`: the receiver closes the
@@ -78,6 +79,7 @@ class BufferFrame:
     dropped_records: int
     names: dict[int, str]
     seq: int
+    sent_ns: int = 0  # time.time_ns() when the agent queued it (0: not given)
 
 
 def encode(ftype: FrameType, payload: bytes, *, crc: bool = True) -> bytes:
@@ -93,10 +95,11 @@ def encode_json(ftype: FrameType, obj: dict[str, Any]) -> bytes:
 
 
 def encode_buffer_parts(data: bytes, *, seq: int, context: int, stream_id: int,
-                        dropped_records: int, names: dict[int, str]) -> list[bytes]:
+                        dropped_records: int, names: dict[int, str],
+                        sent_ns: int = 0) -> list[bytes]:
     """A BUFFER frame as parts to send back to back (the data is not copied again)."""
     meta = json.dumps({"seq": seq, "context": context, "stream_id": stream_id,
-                       "dropped_records": dropped_records,
+                       "dropped_records": dropped_records, "sent_ns": sent_ns,
                        "names": {str(k): v for k, v in names.items()}},
                       separators=(",", ":")).encode()
     n = _META_LEN.size + len(meta) + len(data)
@@ -119,7 +122,7 @@ def decode_buffer(payload: bytes | memoryview) -> BufferFrame:
         names = {int(k): str(v) for k, v in meta.get("names", {}).items()}
         return BufferFrame(mv[end:], int(meta.get("context", 0)),
                            int(meta.get("stream_id", 0)), int(meta.get("dropped_records", 0)),
-                           names, int(meta["seq"]))
+                           names, int(meta["seq"]), int(meta.get("sent_ns", 0)))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise FrameError(f"BUFFER frame: bad meta ({e})") from None
 
