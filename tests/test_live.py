@@ -36,7 +36,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def _ppwtop(args: list[str], tmp: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ppwtop", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ppwtop", *args], capture_output=True, check=False,
                           text=True, timeout=TIMEOUT_S, cwd=tmp, env=kw.pop("env", _env(tmp)),
                           **kw)
 

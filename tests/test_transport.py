@@ -150,3 +150,35 @@ def test_sender_delivers_everything_in_order_to_a_reader() -> None:
         while not r.eof and time.monotonic() < deadline:
             r.read(0.1)
         assert r.eof
+
+
+def test_socket_reader_reassembles_frames_written_in_odd_pieces() -> None:
+    stream, want = _stream()
+    a, b = socket.socketpair()
+    r = FrameReader(b)
+    rng = random.Random(3)
+    got: list[frames.Frame] = []
+    i = 0
+    while i < len(stream):  # header and payload boundaries fall anywhere between reads
+        n = rng.choice([1, 5, 11, 13, 700, 4096])
+        a.sendall(stream[i:i + n])
+        i += n
+        got += r.read(0.01)
+    a.close()
+    deadline = time.monotonic() + 3
+    while not r.eof and time.monotonic() < deadline:
+        got += r.read(0.05)
+    assert [(f.type, bytes(f.payload)) for f in got] == want
+    assert r.eof
+
+
+def test_socket_reader_rejects_a_corrupt_header_without_waiting() -> None:
+    a, b = socket.socketpair()
+    r = FrameReader(b)
+    a.sendall(frames.HEADER.pack(b"PW", frames.PROTOCOL_VERSION, int(FrameType.BUFFER),
+                                 1 << 31, 0))
+    with pytest.raises(FrameError, match="over"):
+        for _ in range(10):
+            r.read(0.1)
+    a.close()
+    b.close()

@@ -93,15 +93,15 @@ class FrameReader:
         out: list[Frame] = []
         if not r:
             return out
-        for _ in range(64):  # drain what is there, bounded so the caller gets to run
+        for _ in range(256):  # drain what is there, bounded so the caller gets to run
             try:
-                data = self.sock.recv(RECV_BYTES)
+                got, closed = self.decoder.recv_from(self.sock, RECV_BYTES)
             except BlockingIOError:
                 break
             except (ConnectionResetError, BrokenPipeError):
-                data = b""
-            if not data:
+                got, closed = [], True
+            out.extend(got)
+            if closed:
                 self.eof = True
                 break
-            out.extend(self.decoder.feed(data))
         return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import socket
 import struct
 import zlib
 from typing import Any
@@ -98,10 +99,15 @@ def encode_buffer_parts(data: bytes, *, seq: int, context: int, stream_id: int,
                         dropped_records: int, names: dict[int, str],
                         sent_ns: int = 0) -> list[bytes]:
     """A BUFFER frame as parts to send back to back (the data is not copied again)."""
-    meta = json.dumps({"seq": seq, "context": context, "stream_id": stream_id,
-                       "dropped_records": dropped_records, "sent_ns": sent_ns,
-                       "names": {str(k): v for k, v in names.items()}},
-                      separators=(",", ":")).encode()
+    if names:
+        meta = json.dumps({"seq": seq, "context": context, "stream_id": stream_id,
+                           "dropped_records": dropped_records, "sent_ns": sent_ns,
+                           "names": {str(k): v for k, v in names.items()}},
+                          separators=(",", ":")).encode()
+    else:  # the steady state (no new names): skip the JSON encoder
+        meta = (f'{{"seq":{int(seq)},"context":{int(context)},"stream_id":{int(stream_id)},'
+                f'"dropped_records":{int(dropped_records)},"sent_ns":{int(sent_ns)},'
+                '"names":{}}').encode()
     n = _META_LEN.size + len(meta) + len(data)
     if n > MAX_PAYLOAD_BYTES:
         raise FrameError(f"buffer frame of {n} bytes is over {MAX_PAYLOAD_BYTES}")
@@ -128,52 +134,109 @@ def decode_buffer(payload: bytes | memoryview) -> BufferFrame:
 
 
 class FrameDecoder:
-    """Incremental decoder: :meth:`feed` any bytes, get back the complete frames.
+    """Incremental decoder: :meth:`feed` any bytes (or :meth:`recv_from` a socket), get back
+    the complete frames.
 
-    Holds at most one partial frame; raises :class:`FrameError` as soon as a header is
-    invalid (it never waits for a payload it would reject).
+    A state machine over one header buffer and one payload buffer allocated at the frame's
+    announced size: every byte is copied once (:meth:`recv_from` reads straight into the
+    payload buffer).  Raises :class:`FrameError` as soon as a header is invalid, so it never
+    waits for a payload it would reject.
     """
 
     def __init__(self, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> None:
         self.max_payload_bytes = max_payload_bytes
-        self._buf = bytearray()
+        self._head = bytearray(HEADER_BYTES)
+        self._head_n = 0
+        self._payload: bytearray | None = None
+        self._pay_n = 0
+        self._type = FrameType.HELLO
+        self._crc = 0
         self.frames = 0
         self.bytes = 0
 
     @property
     def pending_bytes(self) -> int:
-        return len(self._buf)
+        return self._head_n + self._pay_n
+
+    def _start_payload(self) -> None:
+        magic, version, ftype, length, crc = HEADER.unpack(self._head)
+        if magic != MAGIC:
+            raise FrameError(f"bad frame magic {bytes(magic)!r} at stream byte "
+                             f"{self.bytes - HEADER_BYTES}")
+        if version != PROTOCOL_VERSION:
+            raise FrameError(f"protocol version {version}, this ppwtop speaks "
+                             f"{PROTOCOL_VERSION}")
+        if length > self.max_payload_bytes:
+            raise FrameError(f"frame of {length} bytes is over the "
+                             f"{self.max_payload_bytes}-byte limit")
+        try:
+            self._type = FrameType(ftype)
+        except ValueError:
+            raise FrameError(f"unknown frame type {ftype}") from None
+        self._crc = crc
+        self._payload = bytearray(length)
+        self._pay_n = 0
+
+    def _finish(self, out: list[Frame]) -> None:
+        payload = self._payload
+        assert payload is not None
+        if self._crc and zlib.crc32(payload) != self._crc:
+            raise FrameError(f"{self._type.name} frame: CRC mismatch")
+        out.append(Frame(self._type, payload))
+        self.frames += 1
+        self._payload = None
+        self._head_n = self._pay_n = 0
 
     def feed(self, data: bytes | memoryview) -> list[Frame]:
-        self._buf += data
-        self.bytes += len(data)
+        mv = memoryview(data).cast("B")
+        self.bytes += len(mv)
         out: list[Frame] = []
-        buf = self._buf
-        pos = 0
-        while len(buf) - pos >= HEADER_BYTES:
-            magic, version, ftype, length, crc = HEADER.unpack_from(buf, pos)
-            if magic != MAGIC:
-                raise FrameError(f"bad frame magic {bytes(magic)!r} at stream byte "
-                                 f"{self.bytes - len(buf) + pos}")
-            if version != PROTOCOL_VERSION:
-                raise FrameError(f"protocol version {version}, this ppwtop speaks "
-                                 f"{PROTOCOL_VERSION}")
-            if length > self.max_payload_bytes:
-                raise FrameError(f"frame of {length} bytes is over the "
-                                 f"{self.max_payload_bytes}-byte limit")
-            try:
-                kind = FrameType(ftype)
-            except ValueError:
-                raise FrameError(f"unknown frame type {ftype}") from None
-            end = pos + HEADER_BYTES + length
-            if len(buf) < end:
-                break
-            payload = bytes(buf[pos + HEADER_BYTES:end])
-            if crc and zlib.crc32(payload) != crc:
-                raise FrameError(f"{kind.name} frame: CRC mismatch")
-            out.append(Frame(kind, payload))
-            pos = end
-        if pos:
-            del buf[:pos]
-        self.frames += len(out)
-        return out
+        while True:
+            if self._payload is None:
+                k = min(HEADER_BYTES - self._head_n, len(mv))
+                self._head[self._head_n:self._head_n + k] = mv[:k]
+                self._head_n += k
+                mv = mv[k:]
+                if self._head_n < HEADER_BYTES:
+                    return out
+                self._start_payload()
+            payload = self._payload
+            assert payload is not None
+            k = min(len(payload) - self._pay_n, len(mv))
+            payload[self._pay_n:self._pay_n + k] = mv[:k]
+            self._pay_n += k
+            mv = mv[k:]
+            if self._pay_n < len(payload):
+                return out
+            self._finish(out)
+            if not len(mv):
+                return out
+
+    def recv_from(self, sock: socket.socket, max_bytes: int = 1 << 20) -> tuple[list[Frame], bool]:
+        """One ``recv`` into the frame being assembled: (frames completed, peer closed).
+
+        BlockingIOError propagates (nothing to read on a non-blocking socket).
+        """
+        out: list[Frame] = []
+        if self._payload is None:
+            mv = memoryview(self._head)[self._head_n:]
+            k = sock.recv_into(mv, len(mv))
+            if k == 0:
+                return out, True
+            self.bytes += k
+            self._head_n += k
+            if self._head_n < HEADER_BYTES:
+                return out, False
+            self._start_payload()
+        payload = self._payload
+        assert payload is not None
+        if self._pay_n < len(payload):
+            mv = memoryview(payload)[self._pay_n:]
+            k = sock.recv_into(mv, min(len(mv), max_bytes))
+            if k == 0:
+                return out, True
+            self.bytes += k
+            self._pay_n += k
+        if self._pay_n == len(payload):
+            self._finish(out)
+        return out, False

@@ -71,9 +71,11 @@ class Sender:
                     or len(self._q) >= self.max_queue_frames):
                 self.frames_refused += 1
                 return False
+            idle = not self._q
             self._q.append((parts, n))
             self._queued_bytes += n
-        self._wake.set()
+        if idle:  # a busy sender thread finds the frame without a wake-up
+            self._wake.set()
         return True
 
     def close(self, timeout_s: float = 2.0) -> None:
