@@ -57,7 +57,7 @@ class FrameError(ValueError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Frame:
     type: FrameType
-    payload: bytes | memoryview
+    payload: bytes | bytearray | memoryview
 
     def json(self) -> dict[str, Any]:
         """The JSON object of a control frame."""
@@ -115,7 +115,7 @@ def encode_buffer_parts(data: bytes, *, seq: int, context: int, stream_id: int,
     return [head + _META_LEN.pack(len(meta)) + meta, data]
 
 
-def decode_buffer(payload: bytes | memoryview) -> BufferFrame:
+def decode_buffer(payload: bytes | bytearray | memoryview) -> BufferFrame:
     mv = memoryview(payload)
     if len(mv) < _META_LEN.size:
         raise FrameError("BUFFER frame shorter than its meta length")
