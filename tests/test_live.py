@@ -270,3 +270,24 @@ def test_late_attach_entry_connects_and_says_what_it_cannot_see(tmp_path: Path) 
     assert any("NVTX" in m for m in tr.meta["late_attach_missing"])
     assert tr.meta["target"]["late_attach"] is True
     assert len(tr.kernels) > 0
+
+
+def test_the_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'ran'), 'w').write('yes')\n")
+    rec = tmp_path / "r.ppw"
+    target = _script(tmp_path, """
+        import os, time
+        import ppwtop.agent as agent
+        assert agent.running() is not None, "agent not started"
+        assert "PPWTOP_SOCKET" not in os.environ  # the target's children are not profiled
+        time.sleep(1.0)
+    """)
+    env = _env(tmp_path, PYTHONPATH=str(site))
+    r = _ppwtop(["record", "-o", str(rec), "--backend", "sim", "--", sys.executable, target],
+                tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (site / "ran").read_text() == "yes"
+    assert len(read_recording(rec).kernels) > 0

@@ -58,6 +58,8 @@ class LiveFeed:
         self._next_due = 0.0
         self.devices: list[Any] = []
         self.meta: dict[str, Any] = {}
+        self.notes: list[str] = []  # what the session wants the user to see (late attach, ...)
+        self.loss_note: str | None = None  # dropped buffers/records so far
         self.last_cost_s = 0.0
         self.attributions = 0
 
@@ -144,7 +146,9 @@ class LiveFeed:
         if so_far is not None:
             meta["energy_so_far_j"] = so_far
         meta["live"] = dict(self.meta)
-        return dataclasses.replace(snap, meta=meta)
+        return dataclasses.replace(snap, meta=meta,
+                                   warnings=(*self.notes, *([self.loss_note] if self.loss_note
+                                                            else []), *snap.warnings))
 
     # --- SnapshotFeed ---------------------------------------------------------------------
 

@@ -205,6 +205,7 @@ class Session:
         self.meta["late_attach"] = bool(h.get("late_attach"))
         if h.get("late_attach"):
             self.meta["late_attach_missing"] = LATE_ATTACH_MISSING
+            self.feed.notes.append("late attach: missing " + "; ".join(LATE_ATTACH_MISSING))
         if h.get("clock"):
             self.clock_pairs.append(h["clock"])
         self._write_meta()
@@ -216,6 +217,7 @@ class Session:
         if status != old and status not in ("ok", "starting", "not started", None):
             self.say(f"target: CUPTI {status}: {s.get('cupti_detail') or ''} "
                      "- going on with NVML data only")
+            self.feed.notes.append(f"CUPTI {status} in the target: power only, no kernels")
 
     def _buffer(self, b: frames.BufferFrame) -> Trace:
         t0 = time.perf_counter_ns()
@@ -309,6 +311,11 @@ class Session:
     def _write_meta(self) -> None:
         self._last_meta = time.monotonic()
         summary = self.summary_meta()
+        lost_buf = summary["session"]["buffers_dropped_by_agent"]
+        lost_rec = summary["decode"]["dropped_records"]
+        if lost_buf or lost_rec:
+            self.feed.loss_note = (f"data lost: the agent dropped {lost_buf} buffers (ppwtop "
+                                   f"too slow), CUPTI dropped {lost_rec} records")
         self.feed.meta = {k: v for k, v in summary.items() if k != "clock_pairs"}
         if self.writer is not None:
             try:
