@@ -291,3 +291,38 @@ def test_the_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert (site / "ran").read_text() == "yes"
     assert len(read_recording(rec).kernels) > 0
+
+
+def test_a_forked_child_does_not_keep_the_session_open(tmp_path: Path) -> None:
+    target = _script(tmp_path, """
+        import os, time
+        import ppwtop.agent as agent
+        pid = os.fork()
+        if pid == 0:  # like a DataLoader worker: outlives the parent here
+            agent.mark_step(items=1)  # must be harmless in the child
+            time.sleep(40)
+            os._exit(0)
+        open("child", "w").write(str(pid))
+        time.sleep(0.5)
+    """)
+    rec = tmp_path / "r.ppw"
+    t0 = time.monotonic()
+    err = tmp_path / "stderr.txt"
+    try:  # output to a file: the forked child holds any pipe open for 40 s
+        with err.open("w") as f:
+            rc = subprocess.call([sys.executable, "-m", "ppwtop", "record", "-o", str(rec),
+                                  "--backend", "sim", "--", sys.executable, target],
+                                 cwd=tmp_path, env=_env(tmp_path), stdout=f, stderr=f,
+                                 timeout=TIMEOUT_S)
+        took = time.monotonic() - t0
+    finally:
+        child = tmp_path / "child"
+        if child.exists():
+            try:
+                os.kill(int(child.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert rc == 0, err.read_text()
+    assert "the target exited" in err.read_text()
+    assert took < 30, "the session waited for the forked child"
+    assert read_recording(rec).meta["complete"] is True

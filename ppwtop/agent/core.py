@@ -118,6 +118,7 @@ class Agent:
                                        daemon=True)
         self._house.start()
         atexit.register(self.stop)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _open_collector(self) -> None:
         try:
@@ -177,6 +178,18 @@ class Agent:
             with contextlib.suppress(Exception):
                 c.stop()
             self._last_collector = c
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (e.g. a DataLoader worker) is not profiled: it closes its copy of the
+        connection and never touches CUPTI or the socket again."""
+        self._stopped = True
+        self.collector = None
+        self._lock_reset()
+        if self.sender is not None:
+            self.sender.abandon()
+
+    def _lock_reset(self) -> None:
+        self._step_lock = threading.Lock()
 
     def _on_disconnect(self) -> None:
         """ppwtop went away: stop collecting (the target keeps running, unprofiled)."""

@@ -91,6 +91,18 @@ class Sender:
         with contextlib.suppress(OSError):
             self.sock.close()
 
+    def abandon(self) -> None:
+        """In a forked child: drop everything and close this copy of the socket, so the
+        session still sees EOF when the parent exits (the sender thread was not forked)."""
+        self._connected = False
+        self._closing = True
+        self._q.clear()
+        self._queued_bytes = 0
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
     # --- the sender thread --------------------------------------------------------------------
 
     def _run(self) -> None:
