@@ -7,6 +7,7 @@ Every test has a bounded timeout; the target scripts are tiny.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -318,10 +319,8 @@ def test_a_forked_child_does_not_keep_the_session_open(tmp_path: Path) -> None:
     finally:
         child = tmp_path / "child"
         if child.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(child.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     assert rc == 0, err.read_text()
     assert "the target exited" in err.read_text()
     assert took < 30, "the session waited for the forked child"

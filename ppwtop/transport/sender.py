@@ -98,10 +98,8 @@ class Sender:
         self._closing = True
         self._q.clear()
         self._queued_bytes = 0
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
     # --- the sender thread --------------------------------------------------------------------
 
