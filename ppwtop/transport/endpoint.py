@@ -16,7 +16,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from ppwtop.transport.frames import Frame, FrameDecoder
+from ppwtop.transport.frames import Frame, FrameDecoder, FrameError
 
 RECV_BYTES = 1 << 20
 
@@ -83,10 +83,14 @@ class FrameReader:
         self.sock = sock
         self.decoder = decoder or FrameDecoder()
         self.eof = False
+        self._error: FrameError | None = None
         sock.setblocking(False)
 
     def read(self, timeout_s: float) -> list[Frame]:
-        """Frames that arrived within ``timeout_s`` (FrameError on a corrupt stream)."""
+        """Frames that arrived within ``timeout_s`` (FrameError on a corrupt stream, raised
+        after the good frames before it were returned)."""
+        if self._error is not None:
+            raise self._error
         if self.eof:
             return []
         r, _, _ = select.select([self.sock], [], [], max(timeout_s, 0.0))
@@ -100,6 +104,11 @@ class FrameReader:
                 break
             except (ConnectionResetError, BrokenPipeError):
                 got, closed = [], True
+            except FrameError as e:
+                if not out:
+                    raise
+                self._error = e
+                break
             out.extend(got)
             if closed:
                 self.eof = True
