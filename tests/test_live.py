@@ -325,3 +325,15 @@ def test_a_forked_child_does_not_keep_the_session_open(tmp_path: Path) -> None:
     assert "the target exited" in err.read_text()
     assert took < 30, "the session waited for the forked child"
     assert read_recording(rec).meta["complete"] is True
+
+
+def test_the_end_of_the_simulated_job_is_announced(tmp_path: Path) -> None:
+    target = _script(tmp_path, "import time; time.sleep(5)\n")
+    rec = tmp_path / "r.ppw"
+    r = _ppwtop(["record", "-o", str(rec), "--backend", "sim", "--", sys.executable, target],
+                tmp_path, env=_env(tmp_path, PPWTOP_SIM_SECONDS="2"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("the simulated job has ended") == 1
+    tr = read_recording(rec)
+    assert tr.meta["sim"]["seconds"] == 2.0
+    assert int(tr.kernels.end_ns.max()) <= tr.meta["sim"]["anchor_ns"] + 2_000_000_000

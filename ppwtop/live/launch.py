@@ -57,6 +57,11 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
             raise PpwtopError(f"--scenario: unknown scenario {name!r} "
                               f"(one of {', '.join(SCENARIOS)})")
         length = max(DEFAULT_SECONDS, (seconds or 0.0) + 10.0)
+        if os.environ.get("PPWTOP_SIM_SECONDS"):  # a longer simulated job, on request
+            try:
+                length = max(1.0, float(os.environ["PPWTOP_SIM_SECONDS"]))
+            except ValueError:
+                raise PpwtopError("PPWTOP_SIM_SECONDS: not a number") from None
         sim = SimRunConfig(scenario=name, gpu=gpu, seconds=length, seed=seed,
                            anchor_ns=time.time_ns())
         extra = sim.env()

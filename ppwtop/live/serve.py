@@ -72,6 +72,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
                               meta={**(meta or {}), **notes}, out=out)
         except RecordingError as e:
             raise PpwtopError(str(e)) from None
+        if sim is not None:
+            session.sim_end_ns = int(sim.anchor_ns + sim.seconds * 1e9)
         child = launch() if launch is not None else None
         try:
             if headless:

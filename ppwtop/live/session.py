@@ -97,6 +97,7 @@ class Session:
         self.writer: RecordingWriter | None = None
         self.recording_error: str | None = None
         self._last_seq = 0
+        self.sim_end_ns = 0  # sim backend: when the simulated job's records run out
         self._stop = threading.Event()
         self._last_meta = 0.0
         if self.record_path is not None:
@@ -147,6 +148,11 @@ class Session:
                         self.end_reason = "the target disconnected" if not self.bye \
                             else "the target exited"
                         break
+                if self.sim_end_ns and time.time_ns() > self.sim_end_ns:
+                    self.sim_end_ns = 0
+                    self.say("the simulated job has ended: no more kernels from the fake "
+                             "CUPTI (PPWTOP_SIM_SECONDS sets a longer one)")
+                    self.feed.notes.append("the simulated job has ended")
                 if now >= next_drain:
                     self._drain_nvml()
                     next_drain = now + NVML_DRAIN_S
