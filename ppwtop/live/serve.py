@@ -50,7 +50,10 @@ def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
         try:
             sampler.open()
         except NvmlUnavailableError as e:
-            print(f"ppwtop: {e}: no power data, CUPTI records only", file=out, flush=True)
+            hint = " (no NVIDIA driver here? --backend sim runs on the simulator)" \
+                if backend == "cupti" else ""
+            print(f"ppwtop: {e}: no power data, CUPTI records only{hint}", file=out,
+                  flush=True)
             notes["nvml_unavailable"] = str(e)
             yield None, [], notes
             return
@@ -87,6 +90,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
     failed = 2 if session.recording_error else 0
     if child is None:
         return failed
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=2.0)  # the target usually exits right after its agent said bye
     if child.poll() is None:
         print(f"ppwtop: waiting for the command (pid {child.pid}) to exit; "
               "Ctrl-C stops waiting", file=out, flush=True)
