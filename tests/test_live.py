@@ -32,6 +32,7 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PPWTOP_SOCKET", None)
     env["PPWTOP_SIM_REPORT"] = str(tmp / "sim_report.json")
+    env["PPWTOP_SIM_SECONDS"] = "30"  # every test's target ends well before; simulates faster
     env.update(extra)
     return env
 
@@ -328,12 +329,12 @@ def test_a_forked_child_does_not_keep_the_session_open(tmp_path: Path) -> None:
 
 
 def test_the_end_of_the_simulated_job_is_announced(tmp_path: Path) -> None:
-    target = _script(tmp_path, "import time; time.sleep(5)\n")
+    target = _script(tmp_path, "import time; time.sleep(3.5)\n")
     rec = tmp_path / "r.ppw"
     r = _ppwtop(["record", "-o", str(rec), "--backend", "sim", "--", sys.executable, target],
-                tmp_path, env=_env(tmp_path, PPWTOP_SIM_SECONDS="2"))
+                tmp_path, env=_env(tmp_path, PPWTOP_SIM_SECONDS="1.5"))
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("the simulated job has ended") == 1
     tr = read_recording(rec)
-    assert tr.meta["sim"]["seconds"] == 2.0
-    assert int(tr.kernels.end_ns.max()) <= tr.meta["sim"]["anchor_ns"] + 2_000_000_000
+    assert tr.meta["sim"]["seconds"] == 1.5
+    assert int(tr.kernels.end_ns.max()) <= tr.meta["sim"]["anchor_ns"] + 1_500_000_000
