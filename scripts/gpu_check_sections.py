@@ -333,19 +333,39 @@ def overhead(ctx: Context) -> dict[str, Any]:
         torch.cuda.synchronize()
         return n / (time.perf_counter() - t0)
 
+    import threading
+
+    from ppwtop.transport.endpoint import FrameReader, Listener
+
     sec = max(min(ctx.left_s() / 5, 5.0), 0.5)
     base = rate(sec)
-    start()
-    try:
-        with_agent = rate(sec)
-    finally:
-        stop = getattr(agent, "stop", None)
-        if callable(stop):
-            stop()
+    frames_in = [0]
+    with Listener() as lis:  # a ppwtop-side reader that drains what the agent ships
+        start(lis.path, "cupti")
+        conn = lis.accept(10.0)
+        done = threading.Event()
+
+        def drain() -> None:
+            if conn is None:
+                return
+            r = FrameReader(conn)
+            while not done.is_set() and not r.eof:
+                frames_in[0] += len(r.read(0.1))
+
+        th = threading.Thread(target=drain, daemon=True)
+        th.start()
+        try:
+            with_agent = rate(sec)
+        finally:
+            stop = getattr(agent, "stop", None)
+            if callable(stop):
+                stop()
+            done.set()
+            th.join(5.0)
     base2 = rate(sec)
     slow = 1 - with_agent / ((base + base2) / 2)
     return {"launches_per_s": {"without": base, "with": with_agent, "without_after": base2},
-            "slowdown": slow, "target": 0.02,
+            "slowdown": slow, "target": 0.02, "frames_received": frames_in[0],
             "summary": f"slowdown {slow * 100:.2f} % (target ≤ 2 %)"}
 
 

@@ -51,7 +51,7 @@ def test_every_section_present_and_summarised(full_run: tuple[dict[str, Any], st
         res = doc["sections"][name]
         assert "error" not in res, (name, res)
         assert any(line.startswith(name) for line in stdout.splitlines()), name
-    assert doc["sections"]["overhead"]["skipped"].startswith("agent not built")
+    assert doc["sections"]["overhead"]["skipped"].startswith("no launch-bound workload")
     env = doc["sections"]["environment"]
     assert env["gpus"][0]["name"] == "NVIDIA H200"
 

@@ -1,0 +1,86 @@
+"""Starting the agent inside a target: from ``ppwtop run``'s environment or by late attach.
+
+Owns the environment contract between ``ppwtop run`` and the child (:func:`child_env`:
+PYTHONPATH with the bootstrap ``sitecustomize`` first, ``PPWTOP_SOCKET``, ``PPWTOP_BACKEND``,
+``NVTX_INJECTION64_PATH`` on the real backend, the sim run's ``PPWTOP_SIM_*``), the start
+from those variables (:func:`from_env`, called by ``_site/sitecustomize.py`` before the
+user's code, hence before CUDA initialises), and :func:`attach_entry`, the one function the
+attach injector calls inside an already-running Python process.
+
+The child's own children do not start agents: :func:`from_env` removes ``PPWTOP_SOCKET``
+from the environment once read, so only the launched process is profiled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+ENV_SOCKET = "PPWTOP_SOCKET"
+ENV_BACKEND = "PPWTOP_BACKEND"
+SITE_DIR = Path(__file__).resolve().parent / "_site"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def child_env(socket_path: str, backend: str, base: Mapping[str, str] | None = None,
+              *, extra: Mapping[str, str] | None = None,
+              libcupti: str | None = None) -> dict[str, str]:
+    """The environment ``ppwtop run`` gives the command it launches."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH", "")
+    parts = [str(SITE_DIR), str(PACKAGE_ROOT)] + ([old] if old else [])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env[ENV_SOCKET] = socket_path
+    env[ENV_BACKEND] = backend
+    if backend == "cupti" and libcupti:
+        env.setdefault("NVTX_INJECTION64_PATH", libcupti)
+    env.update(extra or {})
+    return env
+
+
+def find_libcupti() -> str | None:
+    """Path of the libcupti cupti-python ships (for NVTX_INJECTION64_PATH), if any."""
+    try:
+        import cupti as cupti_pkg
+    except ImportError:
+        return None
+    site = Path(cupti_pkg.__file__).resolve().parent.parent
+    for cand in sorted(site.glob("nvidia/cu*/lib/libcupti.so*"), reverse=True):
+        return str(cand)
+    return None
+
+
+def from_env() -> None:
+    """Start the agent if ``PPWTOP_SOCKET`` is set (called from the bootstrap sitecustomize)."""
+    path = os.environ.pop(ENV_SOCKET, None)
+    if not path:
+        return
+    backend = os.environ.get(ENV_BACKEND, "cupti")
+    from ppwtop import agent
+
+    try:
+        agent.start(path, backend)
+    except agent.AgentError as e:
+        sys.stderr.write(f"ppwtop agent: not started: {e}\n")
+
+
+def attach_entry(socket_path: str, backend: str) -> None:
+    """Start the agent in a running process (late attach); returns at once.
+
+    The connection, handshake and collector start happen on a thread, so the injector's
+    call returns quickly.  The handshake says ``late_attach: true``: records of work that
+    completed before this moment and NVTX ranges (NVTX injection is only read at CUDA
+    start-up) are not seen.
+    """
+    from ppwtop import agent
+
+    def run() -> None:
+        try:
+            agent.start(socket_path, backend, late_attach=True)
+        except Exception as e:
+            sys.stderr.write(f"ppwtop agent: attach failed: {e}\n")
+
+    threading.Thread(target=run, name="ppwtop-agent-attach", daemon=True).start()

@@ -1,0 +1,179 @@
+"""The live feed: what a session has received, attributed over a sliding horizon for the TUI.
+
+:class:`LiveFeed` is a :class:`~ppwtop.tui.feed.SnapshotFeed`.  The session thread hands it
+each slice of new records (:meth:`add`, a :class:`Trace` sharing the session's string table);
+it keeps only the last ``keep_s`` seconds (enough for the horizon and the power graph) plus the
+first energy-counter reading per GPU (for "energy so far").  Attribution goes through the same
+path as the demo and replay feeds (:class:`ppwtop.demo_feed.TraceFeed.snapshot_at` on the
+window), duty-cycled the same way, so improvements to that path reach the live view too.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from attribution.model import PowerField, StringTable, Trace
+from attribution.snapshot import Snapshot
+from ppwtop.demo_feed import DUTY_FACTOR, GRAPH_S, TraceFeed
+from ppwtop.tui.feed import PowerTrace, empty_power_trace
+
+_ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
+_SAMPLES = ("power", "energy", "clocks")
+
+
+def _piece_end_ns(tr: Trace) -> int:
+    ends = [int(getattr(tr, k).end_ns.max()) for k in _ITEMS if len(getattr(tr, k))]
+    ends += [int(getattr(tr, k).t_ns.max()) for k in _SAMPLES if len(getattr(tr, k))]
+    return max(ends) if ends else 0
+
+
+class LiveFeed:
+    """Snapshots of a live session (see module docstring)."""
+
+    def __init__(self, strings: StringTable, *, label: str, gpu: str | None = None,
+                 horizon_s: float = 15.0, refresh_s: float = 0.5, n_boot: int = 100) -> None:
+        self.strings = strings
+        self.gpu = gpu
+        self.horizon_ns = int(horizon_s * 1e9)
+        self.keep_ns = int((max(horizon_s, GRAPH_S) + 5.0) * 1e9)
+        self.refresh_s = refresh_s
+        self.n_boot = n_boot
+        self._label = label
+        self._lock = threading.Lock()
+        self._pieces: collections.deque[tuple[int, Trace]] = collections.deque()
+        self._latest_ns = 0
+        self._first_ns: int | None = None
+        self._energy0: dict[int, tuple[int, int]] = {}  # device -> first (t_ns, mJ)
+        self._energy_last: dict[int, tuple[int, int]] = {}
+        self._power: collections.deque[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = \
+            collections.deque()
+        self._connected = True
+        self._dirty = False
+        self._next_due = 0.0
+        self.devices: list[Any] = []
+        self.meta: dict[str, Any] = {}
+        self.notes: list[str] = []  # what the session wants the user to see (late attach, ...)
+        self.loss_note: str | None = None  # dropped buffers/records so far
+        self.last_cost_s = 0.0
+        self.attributions = 0
+
+    # --- from the session thread ----------------------------------------------------------
+
+    def add(self, piece: Trace) -> None:
+        end = _piece_end_ns(piece)
+        if end == 0:
+            return
+        with self._lock:
+            self._pieces.append((end, piece))
+            self._latest_ns = max(self._latest_ns, end)
+            if self._first_ns is None:
+                self._first_ns = end
+            lo = self._latest_ns - self.keep_ns
+            while self._pieces and self._pieces[0][0] < lo:
+                self._pieces.popleft()
+            self._note_energy(piece)
+            self._note_power(piece)
+            self._dirty = True
+
+    def set_connected(self, connected: bool) -> None:
+        self._connected = connected
+
+    def _note_energy(self, piece: Trace) -> None:
+        e = piece.energy
+        for dev in np.unique(e.device).tolist():
+            rows = e.take(e.device == dev)
+            i0, i1 = int(np.argmin(rows.t_ns)), int(np.argmax(rows.t_ns))
+            self._energy0.setdefault(dev, (int(rows.t_ns[i0]), int(rows.energy_mj[i0])))
+            self._energy_last[dev] = (int(rows.t_ns[i1]), int(rows.energy_mj[i1]))
+
+    def _note_power(self, piece: Trace) -> None:
+        p = piece.power
+        if not len(p):
+            return
+        keep = p.fresh & (p.device == p.device.min())
+        fields = p.field[keep]
+        if not len(fields):
+            return
+        want = int(PowerField.INSTANT) if bool(np.any(fields == PowerField.INSTANT)) \
+            else int(np.bincount(fields).argmax())
+        keep &= p.field == want
+        order = np.argsort(p.t_ns[keep], kind="stable")
+        self._power.append((p.t_ns[keep][order], p.power_mw[keep][order] / 1000.0))
+        lo = self._latest_ns - int(GRAPH_S * 1e9)
+        while self._power and len(self._power[0][0]) and self._power[0][0][-1] < lo:
+            self._power.popleft()
+
+    # --- window and attribution -----------------------------------------------------------
+
+    def window(self, horizon_ns: int | None = None) -> tuple[Trace, int]:
+        """The records of the last horizon (all kept records when ``horizon_ns`` is huge)."""
+        with self._lock:
+            pieces = [p for _, p in self._pieces]
+            end = self._latest_ns
+        cols = {k: type(getattr(Trace(), k)).concat(getattr(p, k) for p in pieces)
+                for k in Trace.BATCH_FIELDS}
+        tr = Trace(strings=self.strings, devices=list(self.devices), meta=dict(self.meta),
+                   **cols)
+        return tr, end
+
+    def energy_so_far_j(self) -> float | None:
+        with self._lock:
+            tot = [(self._energy_last[d][1] - e0[1]) for d, e0 in self._energy0.items()
+                   if self._energy_last.get(d, e0)[0] > e0[0]]
+        return sum(tot) / 1000.0 if tot else None
+
+    def snapshot(self, horizon_ns: int | None = None, n_boot: int | None = None
+                 ) -> Snapshot | None:
+        tr, end = self.window()
+        if not len(tr.kernels) and not len(tr.copies):
+            return None
+        h = self.horizon_ns if horizon_ns is None else horizon_ns
+        snap = TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
+                         horizon_s=h / 1e9).snapshot_at(end, h, n_boot or self.n_boot)
+        self.attributions += 1
+        if snap is None:
+            return None
+        meta = dict(snap.meta)
+        if self._first_ns is not None:
+            meta["elapsed_s"] = (end - self._first_ns) / 1e9
+        so_far = self.energy_so_far_j()
+        if so_far is not None:
+            meta["energy_so_far_j"] = so_far
+        meta["live"] = dict(self.meta)
+        return dataclasses.replace(snap, meta=meta,
+                                   warnings=(*self.notes, *([self.loss_note] if self.loss_note
+                                                            else []), *snap.warnings))
+
+    # --- SnapshotFeed ---------------------------------------------------------------------
+
+    def next_snapshot(self) -> Snapshot | None:
+        now = time.monotonic()
+        if not self._dirty or now < self._next_due:
+            return None
+        self._dirty = False
+        t0 = time.perf_counter()
+        snap = self.snapshot()
+        self.last_cost_s = time.perf_counter() - t0
+        self._next_due = now + max(self.refresh_s, DUTY_FACTOR * self.last_cost_s)
+        return snap
+
+    def power_trace(self) -> PowerTrace:
+        with self._lock:
+            parts = list(self._power)
+        if not parts:
+            return empty_power_trace()
+        return (np.concatenate([t for t, _ in parts]), np.concatenate([w for _, w in parts]))
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def label(self) -> str:
+        return self._label

@@ -1,0 +1,99 @@
+"""Launching a command under ppwtop: the shared body of ``ppwtop run`` and ``ppwtop record``.
+
+Owns the checks done before anything starts (a command after ``--``, a writable recording
+path, a known backend and sim scenario), the child's environment (the agent bootstrap, see
+:mod:`ppwtop.agent.bootstrap`) and the call to :func:`ppwtop.live.serve_session`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ppwtop.errors import PpwtopError
+
+BACKENDS = ("cupti", "sim")
+
+
+def check_record_path(path: Path) -> None:
+    """Fail early (exit 2) when the recording cannot be created where asked."""
+    if path.is_dir():
+        raise PpwtopError(f"{path}: is a directory (--record wants a file name)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise PpwtopError(f"{path}: cannot create recording: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
+                                                     and not os.access(path, os.W_OK)):
+        raise PpwtopError(f"{path}: cannot create recording: permission denied")
+
+
+def run_command(command: list[str], *, record: Path | None, headless: bool,
+                seconds: float | None, backend: str, gpu: str | None, scenario: str | None,
+                seed: int, verb: str) -> int:
+    if not command:
+        raise PpwtopError(f"ppwtop {verb}: no command to run (put it after --, e.g. "
+                          f"'ppwtop {verb} -- python train.py')")
+    if shutil.which(command[0]) is None and not os.path.exists(command[0]):
+        raise PpwtopError(f"ppwtop {verb}: command not found: {command[0]}")
+    if backend not in BACKENDS:
+        raise PpwtopError(f"--backend: one of {', '.join(BACKENDS)}")
+    if record is not None:
+        check_record_path(record)
+    sim = None
+    extra: dict[str, str] = {}
+    if backend == "sim":
+        from attribution.sim import SCENARIOS
+        from ppwtop.fakes.sim_run import DEFAULT_SCENARIO, DEFAULT_SECONDS, SimRunConfig
+
+        name = scenario or DEFAULT_SCENARIO
+        if name not in SCENARIOS:
+            raise PpwtopError(f"--scenario: unknown scenario {name!r} "
+                              f"(one of {', '.join(SCENARIOS)})")
+        length = max(DEFAULT_SECONDS, (seconds or 0.0) + 10.0)
+        if os.environ.get("PPWTOP_SIM_SECONDS"):  # a longer simulated job, on request
+            try:
+                length = max(1.0, float(os.environ["PPWTOP_SIM_SECONDS"]))
+            except ValueError:
+                raise PpwtopError("PPWTOP_SIM_SECONDS: not a number") from None
+        sim = SimRunConfig(scenario=name, gpu=gpu, seconds=length, seed=seed,
+                           anchor_ns=time.time_ns())
+        extra = sim.env()
+    elif scenario is not None:
+        raise PpwtopError("--scenario needs --backend sim")
+    from ppwtop.agent.bootstrap import child_env, find_libcupti
+    from ppwtop.live import serve_session
+    from ppwtop.transport.endpoint import Listener
+
+    log_path: str | None = None
+    with Listener() as listener:
+        env = child_env(listener.path, backend, extra=extra,
+                        libcupti=find_libcupti() if backend == "cupti" else None)
+
+        def launch() -> subprocess.Popen[bytes]:
+            nonlocal log_path
+            kw: dict[str, Any] = {}
+            if not headless:  # the command's output would draw over the TUI
+                fd, log_path = tempfile.mkstemp(prefix="ppwtop-run-", suffix=".log")
+                kw = {"stdout": fd, "stderr": fd, "stdin": subprocess.DEVNULL}
+            try:
+                return subprocess.Popen(command, env=env, **kw)
+            except OSError as e:
+                raise PpwtopError(f"cannot run {command[0]}: {e.strerror or e}") from None
+            finally:
+                if "stdout" in kw:
+                    os.close(kw["stdout"])
+
+        rc = serve_session(listener, label=shlex.join(command), record_path=record,
+                           headless=headless, seconds=seconds, backend=backend, gpu=gpu,
+                           sim=sim, launch=launch, meta={"command": command},
+                           nvml_env=env)
+    if log_path is not None:
+        print(f"ppwtop: the command's output is in {log_path}", file=sys.stderr)
+    return rc

@@ -1,0 +1,137 @@
+"""``serve_session``: everything a live command does once it has a listening socket.
+
+Owns the setup around :class:`~ppwtop.live.session.Session` that ``ppwtop run``, ``ppwtop
+record`` and ``ppwtop attach`` share: the NVML sampler thread (on the sim backend against the
+fake ``pynvml.nvmlLib`` replaying the same anchored simulated run the target's fake libcupti
+replays), the recording, launching the target (``launch``, called once everything listens),
+the headless loop or the TUI (session loop on a thread, the app on the main thread), the
+one-line summary, and waiting for a launched command to exit.
+
+Returns 2 when the recording failed (disk full: what was written is kept), else the launched
+command's exit status when there is one, else 0; a problem the user must fix before anything
+runs raises :class:`~ppwtop.errors.PpwtopError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from ppwtop.errors import PpwtopError
+from ppwtop.live.session import Session
+from ppwtop.recording import RecordingError
+from ppwtop.transport.endpoint import Listener
+
+
+@contextlib.contextmanager
+def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
+          ) -> Iterator[tuple[Any, list[Any], dict[str, Any]]]:
+    """An opened, running NvmlSampler (or None), its devices and notes for the run meta."""
+    from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError
+
+    with contextlib.ExitStack() as stack:
+        notes: dict[str, Any] = {}
+        if backend == "sim":
+            from ppwtop.fakes.nvml_lib import FakeNvmlLib, board_from_sim, installed
+            from ppwtop.fakes.sim_run import anchored_run
+
+            board = board_from_sim(anchored_run(sim))
+            stack.enter_context(installed(FakeNvmlLib([board])))
+            sampler = NvmlSampler(devices=[0], env={})
+            notes["sim"] = {"scenario": sim.scenario, "gpu": sim.gpu, "seed": sim.seed,
+                            "seconds": sim.seconds, "anchor_ns": sim.anchor_ns}
+        else:
+            sampler = NvmlSampler(env=env)
+        try:
+            sampler.open()
+        except NvmlUnavailableError as e:
+            hint = " (no NVIDIA driver here? --backend sim runs on the simulator)" \
+                if backend == "cupti" else ""
+            print(f"ppwtop: {e}: no power data, CUPTI records only{hint}", file=out,
+                  flush=True)
+            notes["nvml_unavailable"] = str(e)
+            yield None, [], notes
+            return
+        stack.callback(sampler.close)
+        sampler.start()
+        stack.callback(sampler.stop)
+        yield sampler, sampler.device_infos, notes
+
+
+def serve(listener: Listener, *, label: str, record_path: str | Path | None, headless: bool,
+          seconds: float | None, backend: str, gpu: str | None = None, sim: Any = None,
+          launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
+          meta: dict[str, Any] | None = None, nvml_env: dict[str, str] | None = None,
+          accept_timeout_s: float = 60.0, out: TextIO = sys.stderr) -> int:
+    with _nvml(backend, sim, nvml_env, out) as (sampler, devices, notes):
+        try:
+            session = Session(listener, label=label, backend=backend, record_path=record_path,
+                              sampler=sampler, devices=devices, gpu=gpu,
+                              meta={**(meta or {}), **notes}, out=out)
+        except RecordingError as e:
+            raise PpwtopError(str(e)) from None
+        if sim is not None:
+            session.sim_end_ns = int(sim.anchor_ns + sim.seconds * 1e9)
+        child = launch() if launch is not None else None
+        try:
+            if headless:
+                session.run(seconds=seconds, child=child, accept_timeout_s=accept_timeout_s)
+            else:
+                _tui(session, seconds, child, accept_timeout_s)
+        except KeyboardInterrupt:
+            session.request_stop()
+            session.end_reason = session.end_reason or "interrupted"
+        print(summary(session), file=out, flush=True)
+    failed = 2 if session.recording_error else 0
+    if child is None:
+        return failed
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=2.0)  # the target usually exits right after its agent said bye
+    if child.poll() is None:
+        print(f"ppwtop: waiting for the command (pid {child.pid}) to exit; "
+              "Ctrl-C stops waiting", file=out, flush=True)
+        try:
+            child.wait()
+        except KeyboardInterrupt:
+            print(f"ppwtop: the command (pid {child.pid}) keeps running", file=out)
+            return 130
+    return failed or int(child.returncode)
+
+
+def _tui(session: Session, seconds: float | None, child: subprocess.Popen[bytes] | None,
+         accept_timeout_s: float) -> None:
+    from ppwtop.tui.app import PpwtopApp
+
+    t = threading.Thread(target=session.run, name="ppwtop-session", daemon=True,
+                         kwargs={"seconds": seconds, "child": child,
+                                 "accept_timeout_s": accept_timeout_s})
+    t.start()
+    try:
+        PpwtopApp(session.feed).run()
+    finally:
+        session.request_stop()
+        t.join(10.0)
+
+
+def summary(session: Session) -> str:
+    c = session.counts
+    st = session.agent_stats
+    parts = [f"ppwtop: session ended ({session.end_reason or 'stopped'}): "
+             f"{c.kernels} kernels, {c.copies} copies, {c.steps} steps, "
+             f"{c.power} power readings"]
+    dropped = max(c.seq_gaps, int(st.get("dropped_buffers", 0) or 0))
+    if dropped or st.get("dropped_records") or session.decoder.stats.dropped_records:
+        parts.append(f"; agent dropped {dropped} buffers, CUPTI dropped "
+                     f"{session.decoder.stats.dropped_records} records")
+    if not session.connected_once:
+        parts.append("; no agent connected")
+    if session.writer is not None or session.record_path is not None:
+        state = "incomplete: " + session.recording_error if session.recording_error \
+            else "written"
+        parts.append(f"; recording {session.record_path} {state}")
+    return "".join(parts)

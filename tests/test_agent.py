@@ -1,0 +1,93 @@
+"""The in-target agent on its own: handshake content, never blocking on a ppwtop that does not
+read (whole buffers dropped and counted), and mark_step with and without an agent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import ppwtop.agent as agent_api
+from attribution.sim import simulate
+from ppwtop.agent.core import Agent, AgentError
+from ppwtop.fakes.cupti_lib import FakeCuptiLib
+from ppwtop.transport.endpoint import FrameReader, Listener
+from ppwtop.transport.frames import FrameType
+
+
+@pytest.fixture(scope="module")
+def sim_trace():  # type: ignore[no-untyped-def]
+    return simulate("varied_mix", "h100", seconds=4.0, seed=1).trace
+
+
+def test_handshake_carries_versions_pid_backend_and_a_clock_pair(sim_trace) -> None:  # type: ignore[no-untyped-def]
+    with Listener() as lis:
+        a = Agent(lis.path, "sim", lib=FakeCuptiLib(sim_trace), flush_period_s=0)
+        a.start()
+        conn = lis.accept(5.0)
+        assert conn is not None
+        r = FrameReader(conn)
+        got = []
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got = r.read(0.1)
+        hello = got[0]
+        assert hello.type is FrameType.HELLO
+        h = hello.json()
+        import os
+        import sys
+
+        assert h["pid"] == os.getpid() and h["backend"] == "sim"
+        assert h["python"] == sys.version.split()[0]
+        assert h["protocol"] == 1 and h["late_attach"] is False
+        assert h["cuda_driver_version"] is None and h["cupti_version"] is None
+        assert h["clock"]["host_ns"] <= h["clock"]["host_after_ns"]
+        import threading
+
+        a.lib.cuptiActivityFlushAll(0)
+        stopper = threading.Thread(target=a.stop)  # stop() waits for the reader to read
+        stopper.start()
+        types = [f.type for f in got[1:]]
+        deadline = time.monotonic() + 10
+        while not r.eof and time.monotonic() < deadline:
+            types += [f.type for f in r.read(0.1)]
+        stopper.join(5)
+        assert FrameType.BUFFER in types and types[-1] is FrameType.BYE
+
+
+def test_agent_drops_whole_buffers_when_ppwtop_does_not_read(sim_trace) -> None:  # type: ignore[no-untyped-def]
+    with Listener() as lis:
+        lib = FakeCuptiLib()
+        a = Agent(lis.path, "sim", lib=lib, flush_period_s=0, max_queue_bytes=256 << 10)
+        a.start()
+        conn = lis.accept(5.0)  # accepted, never read
+        assert conn is not None
+        worst = 0.0
+        for _ in range(40):
+            lib.add_trace(sim_trace)
+            t0 = time.perf_counter()
+            assert lib.cuptiActivityFlushAll(0) == 0
+            worst = max(worst, time.perf_counter() - t0)
+        st = a.stats()
+        assert st["dropped_buffers"] > 0
+        assert a.collector.stats.dropped_buffers == st["dropped_buffers"]
+        assert st["connected"] is True
+        # one flush lays out and hands over ~80k records: bounded by that work, not the socket
+        assert worst < 5.0
+        t0 = time.perf_counter()
+        a.stop()
+        assert time.perf_counter() - t0 < 6.0
+        conn.close()
+
+
+def test_agent_without_ppwtop_is_a_clear_error() -> None:
+    with pytest.raises(AgentError, match="cannot connect"):
+        Agent("/nonexistent/ppwtop.sock", "sim", lib=FakeCuptiLib()).start()
+    with pytest.raises(AgentError, match="unknown backend"):
+        Agent("/x", "rocm")
+
+
+def test_mark_step_without_an_agent_is_a_no_op() -> None:
+    assert agent_api.running() is None
+    agent_api.mark_step(items=3)  # must not raise
+    agent_api.stop()
