@@ -80,7 +80,7 @@ def load_bias(file: str, path: str, maps: list[Mapping]) -> int:
             vaddrs.append((p_offset, p_vaddr))
     first = min(m.start - m.offset for m in maps if m.path == path)
     lowest_offset, lowest_vaddr = min(vaddrs)
-    return first - ((lowest_vaddr - lowest_offset) & ~0xFFF)
+    return int(first - ((lowest_vaddr - lowest_offset) & ~0xFFF))
 
 
 def resolve(pid: int, names: set[str]) -> dict[str, int]:
