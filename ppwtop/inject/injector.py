@@ -25,10 +25,12 @@ Method = Literal["auto", "remote_exec", "ptrace", "gdb"]
 
 _BOOT_INNER = """\
 try:
-    import shutil as _s
+    import os as _o
     with open(_p, "rb") as _f:
         _src = _f.read()
-    _s.rmtree(_d, ignore_errors=True)
+    for _n in _o.listdir(_d):
+        _o.unlink(_o.path.join(_d, _n))
+    _o.rmdir(_d)
     exec(compile(_src, "<ppwtop-inject>", "exec"), {"__name__": "__ppwtop_inject__"})
 except BaseException:
     pass

@@ -133,7 +133,7 @@ class _Tracee:
         self._wait_stop(expect_event=True)
 
     def _wait_status(self) -> int:
-        delay = 0.0002
+        delay = 0.00005
         while True:
             wpid, status = os.waitpid(self.pid, os.WNOHANG | WALL)
             if wpid == self.pid:
@@ -143,7 +143,7 @@ class _Tracee:
             if time.monotonic() > self.deadline:
                 raise TimeoutError
             time.sleep(delay)
-            delay = min(delay * 2, 0.01)
+            delay = min(delay * 2, 0.001)
 
     def _wait_stop(self, expect_event: bool, want: int = signal.SIGSEGV) -> int:
         """Wait for the event stop (``expect_event``) or a stop by ``want``; pass other
@@ -269,7 +269,7 @@ def _find_syscall_insn(pid: int) -> int:
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
         for m in maps:
             mem.seek(m.start)
-            chunk = mem.read(min(m.end - m.start, 1 << 20))
+            chunk = mem.read(min(m.end - m.start, 1 << 16))
             at = chunk.find(b"\x0f\x05")
             if at >= 0:
                 return m.start + at
