@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,10 +71,10 @@ class Target:
     """A running target process; ``finish`` stops it and returns its exit code and report."""
 
     def __init__(self, tmp: Path, mode: str, argv_prefix: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, exe: str = sys.executable) -> None:
         self.stop = tmp / f"stop-{mode}"
         self.proc = subprocess.Popen(
-            [sys.executable, *argv_prefix, "-c", TARGET, mode, str(self.stop)],
+            [exe, *argv_prefix, "-c", TARGET, mode, str(self.stop)],
             stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
@@ -125,6 +127,28 @@ def test_injected_code_runs_in_the_target_which_keeps_running(tmp_path: Path, mo
         assert time.monotonic() - before < 10
     finally:
         target.kill()
+
+
+OTHER_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.[0-9]*")
+                       + glob.glob("/usr/bin/python3.[0-9]*"))
+OTHER_PYTHONS = [p for p in OTHER_PYTHONS if re.fullmatch(r".*python3\.\d+", p)]
+
+
+@needs_ptrace
+@pytest.mark.skipif(not OTHER_PYTHONS, reason="no other CPython interpreters on this machine")
+@pytest.mark.parametrize("exe", OTHER_PYTHONS or ["none"])
+def test_other_cpython_versions(tmp_path: Path, exe: str) -> None:
+    for mode in ("sleep", "busy"):
+        target = Target(tmp_path, mode, exe=exe, argv_prefix=("-I",))
+        try:
+            out = tmp_path / f"{mode}.txt"
+            inject(target.pid, f"import os; open({str(out)!r}, 'w').write(str(os.getpid()))",
+                   timeout_s=10)
+            assert _wait_file(out) == str(target.pid)
+            rc, _ = target.finish()
+            assert rc == 0
+        finally:
+            target.kill()
 
 
 @needs_ptrace
