@@ -30,12 +30,14 @@ REPO = Path(__file__).resolve().parents[1]
 # The target: prints "ready", loops (sleeping or busy) until a stop file appears, then prints
 # one JSON line with its iteration count and the longest gap between iterations.
 TARGET = textwrap.dedent("""
-    import json, os, sys, time
+    import json, os, sys, threading, time
     mode, stop = sys.argv[1], sys.argv[2]
+    if mode == "sleep-threaded":
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
     print("ready", flush=True)
     n, gap, last = 0, 0.0, time.perf_counter()
     while not os.path.exists(stop):
-        if mode == "sleep":
+        if mode.startswith("sleep"):
             time.sleep(0.2)
         else:
             for _ in range(200):
@@ -103,7 +105,7 @@ def _wait_file(path: Path, timeout_s: float = 5.0) -> str:
 # ---- real injection ---------------------------------------------------------------------
 
 @needs_ptrace
-@pytest.mark.parametrize("mode", ["sleep", "busy"])
+@pytest.mark.parametrize("mode", ["sleep", "busy", "sleep-threaded"])
 def test_injected_code_runs_in_the_target_which_keeps_running(tmp_path: Path, mode: str) -> None:
     target = Target(tmp_path, mode)
     try:
@@ -112,8 +114,8 @@ def test_injected_code_runs_in_the_target_which_keeps_running(tmp_path: Path, mo
                "f'{os.getpid()} {threading.current_thread() is threading.main_thread()}')"
         done = inject(target.pid, code, timeout_s=10)
         assert done.method == "ptrace"
-        # A target blocked in time.sleep runs it there and then (the sleep syscall is named);
-        # a busy one queues it for its next bytecode.
+        # A single-threaded target blocked in time.sleep runs it there and then (the sleep
+        # syscall is named); a busy or multi-threaded one queues it for its next bytecode.
         if mode == "sleep":
             assert done.detail.startswith("now:")
         else:

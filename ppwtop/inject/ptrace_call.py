@@ -254,6 +254,10 @@ def _stack_room(pid: int, sp: int, need: int) -> bool:
     return any(m.start <= sp - need and sp <= m.end and "w" in m.perms for m in read_maps(pid))
 
 
+def _thread_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
 def safe_syscall(orig_rax: int, rax: int) -> str | None:
     """The name of the interrupted blocking syscall if calling into Python there is safe."""
     nr = ctypes.c_long(orig_rax).value
@@ -280,14 +284,14 @@ def run_simple_string(pid: int, source: bytes, *, timeout_s: float,
                       on_stopped: Callable[[], None] | None = None) -> str:
     """Have ``pid``'s main thread run ``source`` (Python, no NUL bytes); return how.
 
-    * ``"now:<syscall>"``: the main thread was blocked in a safe syscall (``SAFE_SYSCALLS``):
-      ``PyGILState_Ensure`` / ``PyRun_SimpleString`` / ``PyGILState_Release`` ran there and
-      then, and the syscall was restarted.
-    * ``"pending"``: the thread was running or waiting on a lock; calling into the
-      interpreter there can deadlock (seen: a 3.12 target stopped inside the GIL's condition
-      variable), so ``Py_AddPendingCall(PyRun_SimpleString, page)`` queues the source for
-      the next bytecode boundary of the main thread, from a page mapped with a raw ``mmap``
-      syscall (one 4 KiB page per attach stays mapped).
+    * ``"now:<syscall>"``: a single-threaded target blocked in a safe syscall
+      (``SAFE_SYSCALLS``): ``PyGILState_Ensure`` / ``PyRun_SimpleString`` /
+      ``PyGILState_Release`` ran there and then, and the syscall was restarted.
+    * ``"pending"``: other threads exist, or the thread was running or waiting on a lock;
+      calling into the interpreter there can deadlock (seen: a 3.12 target stopped inside
+      the GIL's condition variable), so ``Py_AddPendingCall(PyRun_SimpleString, page)``
+      queues the source for the next bytecode boundary of the main thread, from a page
+      mapped with a raw ``mmap`` syscall (one 4 KiB page per attach stays mapped).
 
     ``source`` must catch its own exceptions (a pending call that fails would surface as a
     SystemError in the target). ``on_stopped`` is called while the thread is stopped.
@@ -309,7 +313,11 @@ def run_simple_string(pid: int, source: bytes, *, timeout_s: float,
         if on_stopped is not None:
             on_stopped()
         blocked_in = safe_syscall(t.saved.orig_rax, t.saved.rax)
-        if blocked_in is not None:
+        # Only a single-threaded target is sure to have nobody else holding the GIL, so
+        # that PyGILState_Ensure cannot block. A call stuck waiting for the GIL could not be
+        # abandoned safely: its thread would stay registered in the GIL's condition
+        # variable and the next GIL hand-off could hang the process.
+        if blocked_in is not None and _thread_count(pid) == 1:
             text_addr = (t.saved.rsp - 512 - len(text) - 64) & ~0xF
             stack_top = text_addr - 64
             if not _stack_room(pid, t.saved.rsp, t.saved.rsp - text_addr + 64):
@@ -337,7 +345,7 @@ def run_simple_string(pid: int, source: bytes, *, timeout_s: float,
             t.interrupt_and_restore()
         raise AttachError(pid, f"the injected call did not finish within {timeout_s:g} s; "
                                "the target was restored and released",
-                          "its main thread may be blocked in C code holding the GIL") from None
+                          "the injected code itself did not return") from None
     except BaseException:
         try:
             t.restore()
