@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from ppwtop.inject import AttachError, ConnectBack, attach_code, inject, inspect_target, ptrace_call
+from ppwtop.inject import (
+    AttachError,
+    ConnectBack,
+    attach_code,
+    inject,
+    inspect_target,
+    ptrace_call,
+    start_agent,
+)
 from ppwtop.inject import gdb as gdb_mod
 from ppwtop.inject.elfsyms import resolve
 from ppwtop.inject.injector import bootstrap_source, choose_method
@@ -187,6 +195,26 @@ def test_connect_back_reports_ok_from_the_entry_in_the_target(tmp_path: Path) ->
             report = cb.wait(target.pid, timeout_s=10)
         assert report["pid"] == target.pid
         assert agent_socket.read_text() == f"{target.pid} sim"
+        rc, _ = target.finish()
+        assert rc == 0
+    finally:
+        target.kill()
+
+
+@needs_ptrace
+def test_start_agent_end_to_end_with_a_stand_in_entry(tmp_path: Path) -> None:
+    standin = tmp_path / "standin"
+    standin.mkdir()
+    (standin / "standin_entry.py").write_text(
+        "def entry(socket_path, backend):\n"
+        "    open(socket_path, 'w').write(backend)\n")
+    target = Target(tmp_path, "sleep-threaded", env={**os.environ, "PYTHONPATH": str(standin)})
+    try:
+        done, report = start_agent(target.pid, str(tmp_path / "s"), "sim", timeout_s=10,
+                                   entry="standin_entry:entry")
+        assert (done.method, done.detail) == ("ptrace", "pending")
+        assert report["ok"] is True and report["pid"] == target.pid
+        assert (tmp_path / "s").read_text() == "sim"
         rc, _ = target.finish()
         assert rc == 0
     finally:
