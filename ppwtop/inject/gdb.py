@@ -140,8 +140,10 @@ def inject_gdb(pid: int, source: str, script_path: str, *, timeout_s: float,
                               text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
                               check=False)
     except subprocess.TimeoutExpired:
-        raise AttachError(pid, f"gdb did not finish within {timeout_s:g} s",
-                          "the target's main thread may be blocked holding the GIL") from None
+        raise AttachError(pid, f"gdb did not finish within {timeout_s:g} s; it was stopped "
+                               "mid-call and the target may be left hung",
+                          "gdb calls in wherever the main thread is; the default "
+                          "--method ptrace avoids that") from None
     err = map_gdb_output(pid, proc.returncode, proc.stdout + proc.stderr)
     if err is not None:
         raise err
