@@ -139,6 +139,45 @@ def test_injected_code_runs_in_the_target_which_keeps_running(tmp_path: Path, mo
         target.kill()
 
 
+CONTENDED = textwrap.dedent("""
+    import os, sys, threading, time
+    def spin():
+        x = 0
+        while True:
+            x += 1
+    for _ in range(2):
+        threading.Thread(target=spin, daemon=True).start()
+    print("ready", flush=True)
+    n = 0
+    while not os.path.exists(sys.argv[1]):
+        n += 1
+        if n % 1000 == 0:
+            time.sleep(0.0005)
+""")
+
+
+@needs_ptrace
+def test_repeated_injection_into_a_gil_contended_target_never_hangs_it(tmp_path: Path) -> None:
+    # Two threads fight the main thread for the GIL, so injections land inside the GIL's
+    # hand-off; calling into the interpreter there once hung a target for good.
+    stop = tmp_path / "stop"
+    proc = subprocess.Popen([sys.executable, "-c", CONTENDED, str(stop)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for i in range(6):
+            out = tmp_path / f"ran-{i}"
+            done = inject(proc.pid, f"open({str(out)!r}, 'w').write('x')", timeout_s=5)
+            assert done.detail == "pending"
+            assert _wait_file(out) == "x"
+        stop.touch()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 OTHER_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3.[0-9]*")
                        + glob.glob("/usr/bin/python3.[0-9]*"))
 OTHER_PYTHONS = [p for p in OTHER_PYTHONS if re.fullmatch(r".*python3\.\d+", p)]
