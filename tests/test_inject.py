@@ -329,6 +329,25 @@ def test_non_python_pid_is_refused_without_touching_it() -> None:
         proc.wait()
 
 
+@needs_ptrace
+def test_a_target_traced_by_someone_else_is_refused(tmp_path: Path) -> None:
+    target = Target(tmp_path, "sleep")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    try:
+        assert libc.ptrace(ptrace_call.PTRACE_SEIZE, target.pid, None, None) == 0
+        with pytest.raises(AttachError, match=rf"already being traced by pid {os.getpid()}"):
+            inject(target.pid, "pass", timeout_s=5)
+        # A seized tracee must be stopped before it can be detached.
+        assert libc.ptrace(ptrace_call.PTRACE_INTERRUPT, target.pid, None, None) == 0
+        os.waitpid(target.pid, ptrace_call.WALL)
+        assert libc.ptrace(ptrace_call.PTRACE_DETACH, target.pid, None, None) == 0
+        rc, _ = target.finish()
+        assert rc == 0
+    finally:
+        target.kill()
+
+
 def test_inspect_a_real_python_target(tmp_path: Path) -> None:
     target = Target(tmp_path, "sleep")
     try:

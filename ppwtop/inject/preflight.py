@@ -120,6 +120,10 @@ def inspect_target(pid: int) -> TargetInfo:
         raise AttachError(pid, "no such process") from None
     if state and state[0] in ("Z", "X"):
         raise AttachError(pid, "the process has exited (zombie)")
+    tracer = _status_field(pid, "TracerPid")
+    if tracer and tracer[0] != "0":
+        raise AttachError(pid, f"it is already being traced by pid {tracer[0]} (a debugger "
+                               "or profiler)", "detach that first: a process has one tracer")
     try:
         exe = str((proc / "exe").readlink()).removesuffix(" (deleted)")
         mapped = sorted({line.split(None, 5)[5].strip()
