@@ -68,9 +68,13 @@ def _fill_device_names(trace: Trace, power: Trace) -> None:
 
 
 def _import_notes(path: str, trace: Trace) -> list[str]:
-    """What the importer noted about a file (skipped rows, ignored events), as warnings."""
-    notes = trace.meta.get("notes") or []
-    return [f"{path}: {n}" for n in notes if isinstance(n, str)]
+    """What the importer noted about a file (skipped rows, ignored events) and what a
+    late-attach recording cannot hold, as warnings."""
+    notes = [n for n in trace.meta.get("notes") or [] if isinstance(n, str)]
+    missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
+    if missing:
+        notes.append("recorded by a late attach: missing " + "; ".join(map(str, missing)))
+    return [f"{path}: {n}" for n in notes]
 
 
 def main(argv: list[str]) -> int:

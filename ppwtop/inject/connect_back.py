@@ -14,6 +14,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -106,8 +107,8 @@ class ConnectBack:
 
 
 _WRAPPER = '''\
-def _ppwtop_attach(report_path, socket_path, backend, extra_sys_path, required, entry):
-    import json, socket, sys
+def _ppwtop_attach(report_path, socket_path, backend, extra_sys_path, required, entry, env):
+    import json, os, socket, sys
 
     def report(msg):
         try:
@@ -150,8 +151,9 @@ def _ppwtop_attach(report_path, socket_path, backend, extra_sys_path, required, 
         except Exception as e:
             report({"error": "target Python cannot import " + entry + ": " + one_line(e)})
             return
+        os.environ.update(env)
         func(socket_path, backend)
-        report({"ok": True, "pid": __import__("os").getpid(),
+        report({"ok": True, "pid": os.getpid(),
                 "python": list(sys.version_info[:3])})
     except BaseException as e:
         report({"error": "attach failed in the target: " + one_line(e)})
@@ -163,15 +165,22 @@ del _ppwtop_attach
 
 
 def attach_code(socket_path: str, backend: str, extra_sys_path: list[str], *,
-                report_path: str | None = None, entry: str = DEFAULT_ENTRY) -> str:
+                report_path: str | None = None, entry: str = DEFAULT_ENTRY,
+                env: Mapping[str, str] | None = None) -> str:
     """Python source that starts the agent in the target and reports to ``report_path``.
 
     ``report_path`` defaults to ``socket_path + ".ack"``; ``entry`` is ``module:function``,
-    called as ``function(socket_path, backend)`` (tests point it at a stand-in).
+    called as ``function(socket_path, backend)`` (tests point it at a stand-in); ``env``
+    (only ``PPWTOP_*`` names: the sim backend's run description) is set in the target's
+    ``os.environ`` before the call.
     """
+    env = dict(env or {})
+    bad = [k for k in env if not k.startswith("PPWTOP_")]
+    if bad:
+        raise ValueError(f"attach_code sets PPWTOP_* variables only, not {bad}")
     if backend not in BACKEND_IMPORTS:
         raise ValueError(f"unknown backend {backend!r}")
     args = ", ".join(repr(a) for a in (
         report_path or socket_path + ".ack", socket_path, backend, list(extra_sys_path),
-        BACKEND_IMPORTS[backend], entry))
+        BACKEND_IMPORTS[backend], entry, env))
     return _WRAPPER.replace("{args}", args)

@@ -5,6 +5,6 @@ live :class:`SnapshotFeed`, :mod:`.serve` the setup every live command shares
 (:func:`serve_session`), :mod:`.launch` how ``ppwtop run`` starts the command.
 """
 
-from ppwtop.live.session import serve_session
+from ppwtop.live.serve import serve as serve_session
 
 __all__ = ["serve_session"]

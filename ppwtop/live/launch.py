@@ -20,6 +20,8 @@ from typing import Any
 from ppwtop.errors import PpwtopError
 
 BACKENDS = ("cupti", "sim")
+ATTACH_CONNECT_TIMEOUT_S = 60.0
+"""How long an injected agent may take to set up (CUPTI, or the simulated run) and connect."""
 
 
 def check_record_path(path: Path) -> None:
@@ -34,6 +36,62 @@ def check_record_path(path: Path) -> None:
         raise PpwtopError(f"{path}: cannot create recording: permission denied")
 
 
+def sim_config(backend: str, scenario: str | None, gpu: str | None, seconds: float | None,
+               seed: int) -> Any:
+    """The simulated run both ends replay on ``--backend sim`` (None on the real backend)."""
+    if backend not in BACKENDS:
+        raise PpwtopError(f"--backend: one of {', '.join(BACKENDS)}")
+    if backend != "sim":
+        if scenario is not None:
+            raise PpwtopError("--scenario needs --backend sim")
+        return None
+    from attribution.sim import SCENARIOS
+    from ppwtop.fakes.sim_run import DEFAULT_SCENARIO, DEFAULT_SECONDS, SimRunConfig
+
+    name = scenario or DEFAULT_SCENARIO
+    if name not in SCENARIOS:
+        raise PpwtopError(f"--scenario: unknown scenario {name!r} "
+                          f"(one of {', '.join(SCENARIOS)})")
+    length = max(DEFAULT_SECONDS, (seconds or 0.0) + 10.0)
+    if os.environ.get("PPWTOP_SIM_SECONDS"):  # a longer simulated job, on request
+        try:
+            length = max(1.0, float(os.environ["PPWTOP_SIM_SECONDS"]))
+        except ValueError:
+            raise PpwtopError("PPWTOP_SIM_SECONDS: not a number") from None
+    return SimRunConfig(scenario=name, gpu=gpu, seconds=length, seed=seed,
+                        anchor_ns=time.time_ns())
+
+
+def attach_process(pid: int, *, record: Path | None, headless: bool, seconds: float | None,
+                   backend: str, gpu: str | None, scenario: str | None, seed: int) -> int:
+    """``ppwtop attach``: inject the agent into a running Python process and serve its
+    session.  Nothing is started (no recording file, no sampler) before the target passed
+    the injector's checks; the target keeps running when the session ends."""
+    from ppwtop.inject.attach import start_agent
+    from ppwtop.inject.preflight import inspect_target
+    from ppwtop.live import serve_session
+    from ppwtop.transport.endpoint import Listener
+
+    sim = sim_config(backend, scenario, gpu, seconds, seed)
+    if record is not None:
+        check_record_path(record)
+    info = inspect_target(pid)
+    with Listener() as listener:
+        if info.uid != os.geteuid() and os.geteuid() == 0:  # let the target connect
+            os.chown(os.path.dirname(listener.path), info.uid, -1)
+            os.chown(listener.path, info.uid, -1)
+
+        def launch() -> None:
+            start_agent(pid, listener.path, backend,
+                        env=sim.env() if sim is not None else None)
+
+        return serve_session(listener, label=f"pid {pid}", record_path=record,
+                             headless=headless, seconds=seconds, backend=backend, gpu=gpu,
+                             sim=sim, launch=launch, meta={"pid": pid},
+                             accept_timeout_s=ATTACH_CONNECT_TIMEOUT_S,
+                             seconds_from_connect=True)
+
+
 def run_command(command: list[str], *, record: Path | None, headless: bool,
                 seconds: float | None, backend: str, gpu: str | None, scenario: str | None,
                 seed: int, verb: str) -> int:
@@ -42,31 +100,10 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
                           f"'ppwtop {verb} -- python train.py')")
     if shutil.which(command[0]) is None and not os.path.exists(command[0]):
         raise PpwtopError(f"ppwtop {verb}: command not found: {command[0]}")
-    if backend not in BACKENDS:
-        raise PpwtopError(f"--backend: one of {', '.join(BACKENDS)}")
     if record is not None:
         check_record_path(record)
-    sim = None
-    extra: dict[str, str] = {}
-    if backend == "sim":
-        from attribution.sim import SCENARIOS
-        from ppwtop.fakes.sim_run import DEFAULT_SCENARIO, DEFAULT_SECONDS, SimRunConfig
-
-        name = scenario or DEFAULT_SCENARIO
-        if name not in SCENARIOS:
-            raise PpwtopError(f"--scenario: unknown scenario {name!r} "
-                              f"(one of {', '.join(SCENARIOS)})")
-        length = max(DEFAULT_SECONDS, (seconds or 0.0) + 10.0)
-        if os.environ.get("PPWTOP_SIM_SECONDS"):  # a longer simulated job, on request
-            try:
-                length = max(1.0, float(os.environ["PPWTOP_SIM_SECONDS"]))
-            except ValueError:
-                raise PpwtopError("PPWTOP_SIM_SECONDS: not a number") from None
-        sim = SimRunConfig(scenario=name, gpu=gpu, seconds=length, seed=seed,
-                           anchor_ns=time.time_ns())
-        extra = sim.env()
-    elif scenario is not None:
-        raise PpwtopError("--scenario needs --backend sim")
+    sim = sim_config(backend, scenario, gpu, seconds, seed)
+    extra = sim.env() if sim is not None else {}
     from ppwtop.agent.bootstrap import child_env, find_libcupti
     from ppwtop.live import serve_session
     from ppwtop.transport.endpoint import Listener

@@ -67,7 +67,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
           seconds: float | None, backend: str, gpu: str | None = None, sim: Any = None,
           launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
           meta: dict[str, Any] | None = None, nvml_env: dict[str, str] | None = None,
-          accept_timeout_s: float = 60.0, out: TextIO = sys.stderr) -> int:
+          accept_timeout_s: float = 60.0, out: TextIO = sys.stderr,
+          seconds_from_connect: bool = False) -> int:
     with _nvml(backend, sim, nvml_env, out) as (sampler, devices, notes):
         try:
             session = Session(listener, label=label, backend=backend, record_path=record_path,
@@ -79,10 +80,13 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             session.sim_end_ns = int(sim.anchor_ns + sim.seconds * 1e9)
         child = launch() if launch is not None else None
         try:
+            run_kw: dict[str, Any] = {
+                "seconds": seconds, "child": child, "accept_timeout_s": accept_timeout_s,
+                "seconds_from_connect": seconds_from_connect}
             if headless:
-                session.run(seconds=seconds, child=child, accept_timeout_s=accept_timeout_s)
+                session.run(**run_kw)
             else:
-                _tui(session, seconds, child, accept_timeout_s)
+                _tui(session, run_kw)
         except KeyboardInterrupt:
             session.request_stop()
             session.end_reason = session.end_reason or "interrupted"
@@ -103,13 +107,11 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
     return failed or int(child.returncode)
 
 
-def _tui(session: Session, seconds: float | None, child: subprocess.Popen[bytes] | None,
-         accept_timeout_s: float) -> None:
+def _tui(session: Session, run_kw: dict[str, Any]) -> None:
     from ppwtop.tui.app import PpwtopApp
 
     t = threading.Thread(target=session.run, name="ppwtop-session", daemon=True,
-                         kwargs={"seconds": seconds, "child": child,
-                                 "accept_timeout_s": accept_timeout_s})
+                         kwargs=run_kw)
     t.start()
     try:
         PpwtopApp(session.feed).run()

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -114,10 +113,16 @@ class Session:
     # --- the loop -------------------------------------------------------------------------
 
     def run(self, *, seconds: float | None = None, child: subprocess.Popen[bytes] | None = None,
-            accept_timeout_s: float = 60.0, poll_s: float = 0.05) -> str:
-        """Serve until the session ends; returns why it ended."""
+            accept_timeout_s: float = 60.0, poll_s: float = 0.05,
+            seconds_from_connect: bool = False) -> str:
+        """Serve until the session ends; returns why it ended.
+
+        ``seconds_from_connect`` (attach): ``seconds`` count from the agent's connection,
+        since an injected agent connects only once it is set up in the target; the session
+        then ends if no agent connects within ``accept_timeout_s``.
+        """
         t0 = time.monotonic()
-        deadline = t0 + seconds if seconds else math.inf
+        deadline = t0 + seconds if seconds and not seconds_from_connect else math.inf
         next_drain = t0
         warned_no_agent = False
         try:
@@ -134,9 +139,14 @@ class Session:
                     if conn is not None:
                         self.reader = FrameReader(conn)
                         self.connected_once = True
+                        if seconds and seconds_from_connect:
+                            deadline = now + seconds
                     elif child is not None and child.poll() is not None:
                         self.end_reason = (f"the command exited (status {child.returncode}) "
                                            "without an agent connecting")
+                        break
+                    elif seconds_from_connect and now - t0 > accept_timeout_s:
+                        self.end_reason = f"no agent connected within {accept_timeout_s:g} s"
                         break
                     elif not warned_no_agent and now - t0 > accept_timeout_s:
                         warned_no_agent = True
@@ -330,18 +340,4 @@ class Session:
                 self._recording_failed(e)
 
 
-def serve_session(listener: Listener, *, label: str, record_path: str | Path | None,
-                  headless: bool, seconds: float | None, backend: str,
-                  gpu: str | None = None, sim: Any = None,
-                  launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
-                  meta: dict[str, Any] | None = None, nvml_env: dict[str, str] | None = None,
-                  accept_timeout_s: float = 60.0, out: TextIO = sys.stderr) -> int:
-    """Run one live session; see :mod:`ppwtop.live.serve`."""
-    from ppwtop.live.serve import serve
-
-    return serve(listener, label=label, record_path=record_path, headless=headless,
-                 seconds=seconds, backend=backend, gpu=gpu, sim=sim, launch=launch, meta=meta,
-                 nvml_env=nvml_env, accept_timeout_s=accept_timeout_s, out=out)
-
-
-__all__ = ["Session", "SessionCounts", "serve_session"]
+__all__ = ["Session", "SessionCounts"]
