@@ -5,9 +5,12 @@ polls the source and folds each snapshot into an
 :class:`~ppwtop.exporters.prometheus.EnergyCollector` registered on its own
 ``CollectorRegistry``, served by ``prometheus_client``'s HTTP server on HOST:PORT.
 
-The demo source attributes tumbling windows of the simulated run (each tick covers the
-simulated time since the previous tick), so the collector adds each window's energy to its
-counters.  ``--pid`` and ``-- CMD`` need live collection (issue #4), not built yet.
+Both sources attribute tumbling windows (each tick covers the time since the previous tick),
+so the collector adds each window's energy to its counters: :class:`DemoWindows` over the
+simulated run, :class:`LiveWindows` over a live session (``--pid``: the agent injected as by
+``ppwtop attach``; ``-- CMD``: launched as by ``ppwtop run``), whose windows end
+:data:`SETTLE_S` behind the newest record so buffers the agent flushes late still land in
+their own window.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 from ppwtop.cli.common import parser, positive_float
 from ppwtop.errors import PpwtopError
 
-LIVE_ISSUE = 4
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
+SETTLE_S = 1.0  # live windows end this far behind the newest record (agent flush ~0.1 s)
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -59,7 +62,34 @@ class DemoWindows:
         return snap
 
 
-def _poll(source: DemoWindows, collector: Any, interval_s: float,
+class LiveWindows:
+    """A live session's feed cut into non-overlapping windows that end :data:`SETTLE_S`
+    behind the newest record; once the target is gone the last window runs to the end."""
+
+    def __init__(self, feed: Any, *, n_boot: int = 20) -> None:
+        self.feed = feed
+        self.n_boot = n_boot
+        self._last_ns = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.feed.connected and self._last_ns >= self.feed.latest_ns > 0
+
+    def next_window(self) -> Any:
+        latest = self.feed.latest_ns
+        if latest == 0:
+            return None
+        end = latest if not self.feed.connected else latest - int(SETTLE_S * 1e9)
+        if self._last_ns == 0:  # the first window: everything the feed keeps
+            self._last_ns = end - self.feed.keep_ns
+        if end <= self._last_ns:
+            return None
+        snap = self.feed.snapshot_between(self._last_ns, end, self.n_boot)
+        self._last_ns = end
+        return snap
+
+
+def _poll(source: DemoWindows | LiveWindows, collector: Any, interval_s: float,
           stop: threading.Event) -> None:
     while not stop.is_set() and not source.done:
         snap = source.next_window()
@@ -78,10 +108,17 @@ def main(argv: list[str]) -> int:
                    help="address to serve /metrics on, e.g. 127.0.0.1:9464")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--demo", action="store_true", help="serve the built-in simulated GPU")
-    src.add_argument("--pid", type=int, help="attach to a running process (not built yet)")
-    p.add_argument("--gpu", default="h100", help="demo GPU preset (default h100)")
-    p.add_argument("--scenario", default="demo", help="demo scenario (default demo)")
-    p.add_argument("--seed", type=int, default=0, help="demo seed")
+    src.add_argument("--pid", type=int,
+                     help="attach to a running Python process (as ppwtop attach does)")
+    p.add_argument("--backend", choices=("cupti", "sim"), default="cupti",
+                   help="with --pid or -- CMD: cupti (the real GPU, default) or sim (the "
+                        "simulator behind fake CUPTI and NVML)")
+    p.add_argument("--gpu", default=None,
+                   help="GPU preset (--demo: the simulated GPU, default h100; live: the "
+                        "attribution preset, default from the device name)")
+    p.add_argument("--scenario", default=None,
+                   help="simulator scenario for --demo or --backend sim (default demo)")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed")
     p.add_argument("--interval", type=positive_float, default=5.0, metavar="S",
                    help="seconds between attributions, i.e. the length of each attributed "
                         "window (default 5; under 2 s the per-window estimates get noisy)")
@@ -89,22 +126,47 @@ def main(argv: list[str]) -> int:
                    help="exit after S seconds (default: run until Ctrl-C)")
     args = p.parse_args(argv)
     host, port = parse_hostport(args.prometheus)
-    if args.pid is not None or cmd:
-        if args.demo or (args.pid is not None and cmd):
-            raise PpwtopError("serve: give one of --demo, --pid PID or -- CMD ...")
-        raise PpwtopError("serve: --pid and -- CMD need live collection, not built yet "
-                          f"(issue #{LIVE_ISSUE}); use --demo")
-    if not args.demo:
+    if sum((args.demo, args.pid is not None, bool(cmd))) != 1:
         raise PpwtopError("serve: give one of --demo, --pid PID or -- CMD ...")
-    return _serve(host, port, args)
+    if args.demo:
+        return _serve(host, port, args, DemoWindows(args.gpu or "h100",
+                                                    args.scenario or "demo", args.seed))
+    return _serve_live(host, port, args, cmd)
 
 
-def _serve(host: str, port: int, args: Any) -> int:
+def _serve_live(host: str, port: int, args: Any, cmd: list[str]) -> int:
+    """Serve a live session's windows until the target goes (or ``--seconds``)."""
+    from ppwtop.cli.run import check_gpu
+    from ppwtop.live.launch import attach_process, run_command
+
+    check_gpu(args.gpu)
+    stoppers: list[Any] = []
+
+    def on_session(session: Any) -> None:
+        stoppers.append(_start(host, port, LiveWindows(session.feed), args.interval))
+
+    kw = {"record": None, "headless": True, "seconds": args.seconds, "backend": args.backend,
+          "gpu": args.gpu, "scenario": args.scenario, "seed": args.seed,
+          "on_session": on_session}
+    try:
+        if args.pid is not None:
+            rc = attach_process(args.pid, **kw)
+        else:
+            rc = run_command(cmd, verb="serve", **kw)
+    finally:
+        for stop_serving in stoppers:
+            stop_serving()
+    return rc
+
+
+def _start(host: str, port: int, source: DemoWindows | LiveWindows, interval_s: float
+           ) -> Any:
+    """Start /metrics on HOST:PORT and the window poller; returns a function that stops both
+    (after folding in what is left) and returns the number of windows served."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from ppwtop.exporters.prometheus import EnergyCollector
 
-    source = DemoWindows(args.gpu, args.scenario, args.seed)
     collector = EnergyCollector()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
@@ -114,11 +176,29 @@ def _serve(host: str, port: int, args: Any) -> int:
         reason = getattr(e, "strerror", None) or str(e)
         raise PpwtopError(f"--prometheus: cannot listen on {host}:{port}: {reason}") from None
     stop = threading.Event()
-    poller = threading.Thread(target=_poll, args=(source, collector, args.interval, stop),
+    poller = threading.Thread(target=_poll, args=(source, collector, interval_s, stop),
                               name="ppwtop-serve-poll", daemon=True)
     poller.start()
     print(f"ppwtop serve: metrics on http://{host}:{port}/metrics "
           f"({source.feed.label}); Ctrl-C to stop", flush=True)
+
+    def stop_serving() -> int:
+        stop.set()
+        poller.join(timeout=30.0)
+        if isinstance(source, LiveWindows):  # the last window, up to the final record
+            snap = source.next_window()
+            if snap is not None:
+                collector.update(snap)
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5.0)
+        return int(collector.updates)
+
+    return stop_serving
+
+
+def _serve(host: str, port: int, args: Any, source: DemoWindows) -> int:
+    stop_serving = _start(host, port, source, args.interval)
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     try:
         while deadline is None or time.monotonic() < deadline:
@@ -126,9 +206,5 @@ def _serve(host: str, port: int, args: Any) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        stop.set()
-        poller.join(timeout=5.0)
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5.0)
+        stop_serving()
     return 0

@@ -150,6 +150,24 @@ class LiveFeed:
                                    warnings=(*self.notes, *([self.loss_note] if self.loss_note
                                                             else []), *snap.warnings))
 
+    def snapshot_between(self, start_ns: int, end_ns: int, n_boot: int | None = None
+                         ) -> Snapshot | None:
+        """The records that completed in ``[start_ns, end_ns]`` attributed alone (a tumbling
+        window for counters; ``end_ns`` should lag the latest record by the agent's flush
+        period so late buffers are not missed)."""
+        tr, _ = self.window()
+        if end_ns <= start_ns:
+            return None
+        return TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
+                         horizon_s=(end_ns - start_ns) / 1e9).snapshot_at(
+                             end_ns, end_ns - start_ns, n_boot or self.n_boot)
+
+    @property
+    def latest_ns(self) -> int:
+        """The end of the latest record or sample received (0 before any)."""
+        with self._lock:
+            return self._latest_ns
+
     # --- SnapshotFeed ---------------------------------------------------------------------
 
     def next_snapshot(self) -> Snapshot | None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def sim_config(backend: str, scenario: str | None, gpu: str | None, seconds: flo
 
 
 def attach_process(pid: int, *, record: Path | None, headless: bool, seconds: float | None,
-                   backend: str, gpu: str | None, scenario: str | None, seed: int) -> int:
+                   backend: str, gpu: str | None, scenario: str | None, seed: int,
+                   on_session: Callable[[Any], None] | None = None) -> int:
     """``ppwtop attach``: inject the agent into a running Python process and serve its
     session.  Nothing is started (no recording file, no sampler) before the target passed
     the injector's checks; the target keeps running when the session ends."""
@@ -89,12 +91,12 @@ def attach_process(pid: int, *, record: Path | None, headless: bool, seconds: fl
                              headless=headless, seconds=seconds, backend=backend, gpu=gpu,
                              sim=sim, launch=launch, meta={"pid": pid},
                              accept_timeout_s=ATTACH_CONNECT_TIMEOUT_S,
-                             seconds_from_connect=True)
+                             seconds_from_connect=True, on_session=on_session)
 
 
 def run_command(command: list[str], *, record: Path | None, headless: bool,
                 seconds: float | None, backend: str, gpu: str | None, scenario: str | None,
-                seed: int, verb: str) -> int:
+                seed: int, verb: str, on_session: Callable[[Any], None] | None = None) -> int:
     if not command:
         raise PpwtopError(f"ppwtop {verb}: no command to run (put it after --, e.g. "
                           f"'ppwtop {verb} -- python train.py')")
@@ -130,7 +132,7 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
         rc = serve_session(listener, label=shlex.join(command), record_path=record,
                            headless=headless, seconds=seconds, backend=backend, gpu=gpu,
                            sim=sim, launch=launch, meta={"command": command},
-                           nvml_env=env)
+                           nvml_env=env, on_session=on_session)
     if log_path is not None:
         print(f"ppwtop: the command's output is in {log_path}", file=sys.stderr)
     return rc

@@ -68,7 +68,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
           launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
           meta: dict[str, Any] | None = None, nvml_env: dict[str, str] | None = None,
           accept_timeout_s: float = 60.0, out: TextIO = sys.stderr,
-          seconds_from_connect: bool = False) -> int:
+          seconds_from_connect: bool = False,
+          on_session: Callable[[Session], None] | None = None) -> int:
     with _nvml(backend, sim, nvml_env, out) as (sampler, devices, notes):
         try:
             session = Session(listener, label=label, backend=backend, record_path=record_path,
@@ -78,6 +79,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             raise PpwtopError(str(e)) from None
         if sim is not None:
             session.sim_end_ns = int(sim.anchor_ns + sim.seconds * 1e9)
+        if on_session is not None:  # e.g. serve --prometheus polls session.feed
+            on_session(session)
         child = launch() if launch is not None else None
         try:
             run_kw: dict[str, Any] = {
