@@ -25,6 +25,8 @@ LAG_FINE_MS = 0.25
 TAU_GRID_MS = (0.0, 0.4, 0.8, 1.2, 2.0, 3.0)
 """Candidate board response time constants (first-order low-pass before the boxcar)."""
 TAU_POINTS = 8
+AVERAGE_WINDOW_MS = 1000.0
+"""Window of the ``average`` field on a board whose preset does not list it (DESIGN.md §3)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,7 +45,7 @@ class Sensor:
     period_ms: float
     window_ms: float
     lag_ms: float
-    source: str  # "preset" | "measured" | "none"
+    source: str  # "preset" | "measured" | "measured+fitted" | "field" | "none"
 
 
 def readings_for(trace: Trace, device: int) -> Readings:
@@ -73,7 +75,8 @@ def readings_for(trace: Trace, device: int) -> Readings:
 
 
 def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
-    """(T, W, source) for the readings' field: the preset's, else measured T and W = T."""
+    """(T, W, source) for the readings' field: the preset's; else measured T and W = T
+    (source "measured": the engine then fits W), or W = 1 s for the ``average`` field."""
     if readings.field is None:
         return float("nan"), float("nan"), "none"
     if preset is not None:
@@ -83,6 +86,8 @@ def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, f
         except KeyError:
             pass
     t = readings.period_ms if np.isfinite(readings.period_ms) else 100.0
+    if readings.field is PowerField.AVERAGE:  # NVML's average field is a ~1 s mean by definition
+        return t, AVERAGE_WINDOW_MS, "field"
     return t, t, "measured"
 
 
