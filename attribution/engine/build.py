@@ -26,6 +26,7 @@ from attribution.engine.timebase import (
     Sensor,
     fit_lag,
     fit_lag_response,
+    fit_slow_response,
     readings_for,
     sensor_model,
     usable,
@@ -85,6 +86,8 @@ class DeviceResult:
     response_ms: float  # fitted board response time constant τ
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
+    slow_response: tuple[float, float] = (0.0, 0.0)
+    """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     item_group: I32 = dataclasses.field(default_factory=lambda: np.empty(0, np.int32))
     """Regressor group of each item (a kernel class's clamped instances have their own)."""
 
@@ -249,6 +252,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     g_c_time = np.bincount(item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
                            weights=dur_s, minlength=n_groups * n_cls).reshape(n_groups, n_cls)
     lag, tau = 1.5, 0.0
+    slow = (0.0, 0.0)
     if rd.field is None:
         warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
@@ -261,13 +265,17 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         t_k, y = rd.t_ns[idx], rd.power_w[idx]
     if len(y) >= 1 and n_groups:
         lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss)
-        x = window_fractions(busy, t_k, window_ms, lag, tau)
+        if preset is not None and preset.consumer_boost:
+            lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
+                                          rss=regress.quick_rss)
+        x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
         centre = regress.pooled_by_kind(x, y, group_kind.astype(np.int64))
         f = regress.fit(x, y, prior, pooled=centre)
         # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
         # centre (0 and 2×): both are folded into the interval below
-        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d, tau), y,
-                                       prior, pooled=centre).dp_w
+        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d, tau,
+                                                        slow=slow), y, prior,
+                                       pooled=centre).dp_w
                            for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
         prior_dp = np.array([regress.fit(x, y, prior, pooled=centre * m).dp_w
                              for m in PRIOR_SPAN])
@@ -359,7 +367,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         class_dynamic_j=class_dyn, class_ci_j=ci, class_resolvable=tuple(resolvable),
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
         item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
-        clusters=names, item_group=item_group,
+        clusters=names, item_group=item_group, slow_response=slow,
     )
 
 
