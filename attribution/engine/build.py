@@ -22,6 +22,7 @@ from attribution.engine.activity import (
     items_for_device,
 )
 from attribution.engine.clamp import clamped_items
+from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
     Sensor,
     fit_lag,
@@ -52,6 +53,8 @@ LONG_WINDOW_MS = 500.0
 Z90 = 1.645
 GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
+TAIL_KIND = 99
+"""Prior kind of the boost-tail column (its own pooled centre)."""
 IDLE_SANITY = 0.5
 """A fitted active idle this far (relative) from the preset's means the model is not
 identified (e.g. steps phase-locked to the sensor period): no class is resolvable."""
@@ -87,6 +90,8 @@ class DeviceResult:
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
     slow_response: tuple[float, float] = (0.0, 0.0)
+    boost_tail_j: float = 0.0
+    """Energy of the fitted consumer boost tail over the window (in no item, not idle)."""
     """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     item_group: I32 = dataclasses.field(default_factory=lambda: np.empty(0, np.int32))
     """Regressor group of each item (a kernel class's clamped instances have their own)."""
@@ -253,6 +258,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                            weights=dur_s, minlength=n_groups * n_cls).reshape(n_groups, n_cls)
     lag, tau = 1.5, 0.0
     slow = (0.0, 0.0)
+    tail: tuple[I64, I64, float] | None = None
+    tail_j = 0.0
     if rd.field is None:
         warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
@@ -269,20 +276,45 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
                                           rss=regress.quick_rss)
         x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
-        centre = regress.pooled_by_kind(x, y, group_kind.astype(np.int64))
-        f = regress.fit(x, y, prior, pooled=centre)
+        if preset is not None and preset.consumer_boost:
+            tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
+                            rss=regress.quick_rss)
+
+        def design(d_ms: float, *, plain: bool = False) -> F64:
+            """Activity at lag + d_ms, with the tail column appended when it is modelled;
+            ``plain``: without the consumer-board extras (slow stage, tail)."""
+            if plain:
+                return window_fractions(busy, t_k, window_ms, lag, tau)
+            xd = x if d_ms == 0 else window_fractions(busy, t_k, window_ms, lag + d_ms, tau,
+                                                      slow=slow)
+            if tail is None:
+                return xd
+            return np.column_stack([xd, tail_fractions(tail[0], tail[1], t_k,
+                                                       window_ms=window_ms, lag_ms=lag + d_ms,
+                                                       tau_s=tail[2])])
+
+        xf = design(0.0)
+        kinds = np.r_[group_kind.astype(np.int64), [TAIL_KIND] * (xf.shape[1] - n_groups)]
+        centre = regress.pooled_by_kind(xf, y, kinds)
+        f = regress.fit(xf, y, prior, pooled=centre)
         # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
         # centre (0 and 2×): both are folded into the interval below
-        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d, tau,
-                                                        slow=slow), y, prior,
-                                       pooled=centre).dp_w
+        lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre).dp_w[:n_groups]
                            for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
-        prior_dp = np.array([regress.fit(x, y, prior, pooled=centre * m).dp_w
+        prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m).dp_w[:n_groups]
                              for m in PRIOR_SPAN])
+        if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
+            xp = design(0.0, plain=True)
+            plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups]).dp_w
+            prior_dp = np.vstack([prior_dp, plain_dp[None, :]])
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
-        p_boot, dp_boot = regress.bootstrap(x, y, prior, n_boot=n_boot, block=block,
+        p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
                                             pooled=centre)
-        p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
+        dp_boot = dp_boot[:, :n_groups]
+        p_idle, dp, rms = f.p_idle_w, f.dp_w[:n_groups], f.rms_w
+        if tail is not None:
+            tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
+                                                              win[0], win[1])
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
@@ -333,7 +365,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             w = (f"fit is degenerate: active idle {p_idle:.0f} W against the board's "
                  f"{prior:.0f} W (aliasing or a missing regressor)")
         elif preset is not None and preset.consumer_boost:
-            r, w, cl = False, "consumer-card boost ramp and tail are not modelled yet", None
+            r, cl = False, None
+            w = ("consumer-card boost: the fitted slow stage and tail are an approximate model; "
+                 "the interval spans the fits with and without them")
         elif n_groups > MAX_GROUPS and g == MAX_GROUPS:
             r, w, cl = False, "pooled with other rarely-run classes", None
         elif in_cluster:
@@ -367,7 +401,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         class_dynamic_j=class_dyn, class_ci_j=ci, class_resolvable=tuple(resolvable),
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
         item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
-        clusters=names, item_group=item_group, slow_response=slow,
+        clusters=names, item_group=item_group, slow_response=slow, boost_tail_j=tail_j,
     )
 
 

@@ -200,6 +200,8 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None)
         "readings": {str(r.device): r.n_readings for r in arrays.devices},
         "sensor_source": {str(r.device): r.sensor.source for r in arrays.devices},
         "response_ms": {str(r.device): r.response_ms for r in arrays.devices},
+        "slow_response": {str(r.device): list(r.slow_response) for r in arrays.devices},
+        "boost_tail_j": {str(r.device): r.boost_tail_j for r in arrays.devices},
         "fit_rms_w": {str(r.device): r.rms_w for r in arrays.devices},
         "active_idle_ci_w": {str(r.device): list(r.p_idle_ci_w) for r in arrays.devices},
         "source": trace.meta.get("source"),
