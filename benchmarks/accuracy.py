@@ -80,6 +80,11 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
     err_all = sum(abs(est.get(c, (0.0,))[0] - true[c]) for c in true) / all_true
     nerr_all = sum(abs(naive.get(c, 0.0) - true[c]) for c in true) / all_true
     covered = [c for c in res_keys if _covers(est[c][1], true[c])]
+    # interval width: mean relative half-width over resolvable classes; and coverage over
+    # every class (flagged or not), which says whether even a flagged row's interval is honest
+    half = [(est[c][1][1] - est[c][1][0]) / 2 / true[c] for c in res_keys if true[c] > 0]
+    all_keys = [c for c in true if c in est and true[c] > 0]
+    covered_all = [c for c in all_keys if _covers(est[c][1], true[c])]
     # diagnostic: the same against the truth as the sensor scales it (gain is not correctable)
     g = truth.gain
     covered_g = [c for c in res_keys if _covers(est[c][1], g * true[c])]
@@ -103,6 +108,9 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
         "err": err, "err_all_classes": err_all,
         "naive_err": nerr, "naive_err_all_classes": nerr_all,
         "coverage": cov, "covered": len(covered), "gain": g,
+        "ci_rel_half_width": sum(half) / len(half) if half else float("nan"),
+        "ci_half_width_sum": sum(half), "classes_with_ci": len(all_keys),
+        "covered_all_classes": len(covered_all),
         "err_vs_sensor_scale": err_g, "covered_vs_sensor_scale": len(covered_g),
         "inseparable": len(insep), "inseparable_ok": len(insep_ok),
         "idle_err": idle_err, "closure": closure,
@@ -178,6 +186,16 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "pooled_coverage_vs_sensor_scale": (sum(r["covered_vs_sensor_scale"] for r in rows)
                                             / n_res if n_res else float("nan")),
         "median_err_vs_sensor_scale": med("err_vs_sensor_scale"),
+        "mean_ci_rel_half_width": (sum(r["ci_half_width_sum"] for r in rows) / n_res
+                                   if n_res else float("nan")),
+        "pooled_coverage_all_classes": (sum(r["covered_all_classes"] for r in rows)
+                                        / max(sum(r["classes_with_ci"] for r in rows), 1)),
+        "pooled_coverage_by_gpu": {
+            g: (sum(r["covered"] for r in rows if r["gpu"] == g)
+                / max(sum(r["resolvable"] for r in rows if r["gpu"] == g), 1))
+            for g in dict.fromkeys(r["gpu"] for r in rows)},
+        "resolvable_by_gpu": {g: sum(r["resolvable"] for r in rows if r["gpu"] == g)
+                              for g in dict.fromkeys(r["gpu"] for r in rows)},
         "max_idle_err": max(r["idle_err"] for r in rows),
         "max_closure": max(r["closure"] for r in rows),
         "total_wall_s": sum(r["wall_s"] for r in rows),
