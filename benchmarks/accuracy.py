@@ -54,8 +54,10 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
     return bool(ci[0] - 1e-9 <= x <= ci[1] + 1e-9)
 
 
-def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any]:
-    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
+def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
+            workload_seed: int | None = None) -> dict[str, Any]:
+    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
+                   workload_seed=workload_seed)
     truth, trace = res.truth, res.trace
     t0 = time.perf_counter()
     snap = attribute(trace)
@@ -221,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="simulated seconds (60)")
     ap.add_argument("--quick", action="store_true", help="20 s and fewer combinations")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--workload-seed", type=int, default=None,
+                    help="draw other workload definitions (phase schedules and mixes) too")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parent / "accuracy_results.json")
@@ -232,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s in scen:
         for g in gpus:
-            rows.append(sim_row(s, g, seconds, a.seed))
+            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
@@ -248,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"python {platform.python_version()}",
         "command": " ".join(["python", "benchmarks/accuracy.py", *(argv or sys.argv[1:])]),
         "engine_version": _git_state(),
-        "seconds": seconds, "seed": a.seed, "summary": summ, "sim": rows, "real": real,
+        "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
+        "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }
     a.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

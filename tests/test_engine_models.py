@@ -120,3 +120,16 @@ def test_tail_is_not_fitted_to_a_square_wave() -> None:
     x = np.full((len(t), 1), 0.5)
     y = 130.0 + 100.0 * x[:, 0] + np.random.default_rng(0).normal(0, 1, len(t))
     assert fit_tail(x, y, s, e, t, window_ms=100.0, lag_ms=1.0, rss=quick_rss) is None
+
+
+def test_prior_centre_is_per_kind() -> None:
+    from attribution.engine.regress import pooled_by_kind
+
+    rng = np.random.default_rng(3)
+    k = 400
+    x = np.column_stack([rng.uniform(0.2, 0.6, k), rng.uniform(0.0, 0.3, k),
+                         rng.uniform(0.0, 0.05, k)])  # two kernels, one short copy
+    y = 60.0 + x @ np.array([250.0, 120.0, 20.0]) + rng.normal(0, 1.0, k)
+    c = pooled_by_kind(x, y, np.array([0, 0, 2]))
+    assert c[2] == pytest.approx(20.0, abs=8.0)  # the copy's own kind, not the kernels' ~200 W
+    assert 120.0 <= c[0] == c[1] <= 250.0
