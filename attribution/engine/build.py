@@ -1,7 +1,9 @@
 """The engine's array level: per-record energies for one trace.
 
-Owns the pipeline per device -- items and classes, idle gaps, readings and sensor model,
-lag search, regression, bootstrap, resolvability -- and the conventions of CONTRACT.md:
+Owns the pipeline per device -- items and classes (split by clamp state into regressor
+units), idle gaps, readings and sensor model, lag search (and on consumer boards the slow
+response stage and boost tail), regression, bootstrap and the interval's sensitivity terms,
+resolvability -- and the conventions of CONTRACT.md:
 dynamic energy ``ΔP_c × duration``; full energy adds ``P_idle × time share``; idle energy
 ``P_idle × idle time`` by cause; so Σ items + Σ idle = P_idle × window + Σ dynamic.
 """
@@ -90,9 +92,9 @@ class DeviceResult:
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
     slow_response: tuple[float, float] = (0.0, 0.0)
+    """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     boost_tail_j: float = 0.0
     """Energy of the fitted consumer boost tail over the window (in no item, not idle)."""
-    """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     item_group: I32 = dataclasses.field(default_factory=lambda: np.empty(0, np.int32))
     """Regressor group of each item (a kernel class's clamped instances have their own)."""
 
@@ -173,7 +175,8 @@ def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: 
 
 
 def _groups(items: Items, n_cls: int) -> tuple[I32, int]:
-    """Busiest MAX_GROUPS classes get their own group, the rest share the last one."""
+    """Busiest MAX_GROUPS classes get their own group, the rest share the last one (one group
+    per class; the engine itself now uses :func:`_unit_groups`, which also splits clamps)."""
     t = np.bincount(items.cls, weights=items.duration_ns.astype(np.float64), minlength=n_cls)
     order = sorted(range(n_cls), key=lambda c: (-t[c], items.labels[c]))
     group = np.zeros(n_cls, np.int32)
