@@ -60,6 +60,8 @@ TAIL_KIND = 99
 IDLE_SANITY = 0.5
 """A fitted active idle this far (relative) from the preset's means the model is not
 identified (e.g. steps phase-locked to the sensor period): no class is resolvable."""
+HELD_IDLE_READINGS = 100.0
+"""P_idle prior weight per reading when the fit is degenerate (holds P_idle at the prior)."""
 PRIOR_SPAN = (0.0, 2.0)
 """The ΔP prior centre is refitted at these multiples; the interval covers the results."""
 BLOCK_S = 1.0
@@ -263,6 +265,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
     tail_j = 0.0
+    degenerate_w: float | None = None
     if rd.field is None:
         warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
@@ -300,19 +303,29 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         kinds = np.r_[group_kind.astype(np.int64), [TAIL_KIND] * (xf.shape[1] - n_groups)]
         centre = regress.pooled_by_kind(xf, y, kinds)
         f = regress.fit(xf, y, prior, pooled=centre)
+        idle_w = regress.IDLE_PRIOR_READINGS
+        if prior is not None and len(y) >= 8 and abs(f.p_idle_w - prior) > IDLE_SANITY * prior:
+            # the readings cannot place P_idle (aliasing, a missing regressor): hold it at the
+            # board's active idle so idle energy stays sane; every class is flagged below
+            degenerate_w = f.p_idle_w
+            idle_w = HELD_IDLE_READINGS * len(y)
+            f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
         # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
         # centre (0 and 2×): both are folded into the interval below
-        lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre).dp_w[:n_groups]
+        lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre,
+                                       idle_weight=idle_w).dp_w[:n_groups]
                            for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
-        prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m).dp_w[:n_groups]
+        prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m,
+                                         idle_weight=idle_w).dp_w[:n_groups]
                              for m in PRIOR_SPAN])
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
-            plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups]).dp_w
+            plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups],
+                                   idle_weight=idle_w).dp_w
             prior_dp = np.vstack([prior_dp, plain_dp[None, :]])
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
-                                            pooled=centre)
+                                            pooled=centre, idle_weight=idle_w)
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp, rms = f.p_idle_w, f.dp_w[:n_groups], f.rms_w
         if tail is not None:
@@ -350,8 +363,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         for g in comp:
             cluster_of[g] = ci_idx
     class_exposure = (exposure @ (g_c_time > 0)) if n_cls else np.zeros(0)
-    degenerate = (prior is not None and len(y) >= 8 and n_groups > 0
-                  and abs(p_idle - prior) > IDLE_SANITY * prior)
+    degenerate = degenerate_w is not None
     resolvable, cluster, why = [], [], []
     for c in range(n_cls):
         gs = np.flatnonzero(g_c_time[:, c] > 0)
@@ -365,8 +377,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
         elif degenerate:
             r, cl = False, None
-            w = (f"fit is degenerate: active idle {p_idle:.0f} W against the board's "
-                 f"{prior:.0f} W (aliasing or a missing regressor)")
+            w = (f"fit is degenerate: active idle fitted at {degenerate_w:.0f} W against the "
+                 f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
+                 f"{p_idle:.0f} W")
         elif preset is not None and preset.consumer_boost:
             r, cl = False, None
             w = ("consumer-card boost: the fitted slow stage and tail are an approximate model; "

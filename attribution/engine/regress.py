@@ -70,9 +70,10 @@ def pooled_by_kind(x: F64, y: F64, kind: I64) -> F64:
 
 
 def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
-        pooled: float | F64 | None = None) -> Fit:
+        pooled: float | F64 | None = None, idle_weight: float = IDLE_PRIOR_READINGS) -> Fit:
     """The non-negative fit with weak priors (see the module docstring).  ``pooled`` is the
-    ΔP prior centre: one value for every group or one per group."""
+    ΔP prior centre: one value for every group or one per group; ``idle_weight`` the P_idle
+    prior's weight in idle readings (large: P_idle held at the prior)."""
     k, g = x.shape
     if pooled is None:
         _, pooled = pooled_fit(x, y)
@@ -83,7 +84,7 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
     rows.append(np.column_stack([np.zeros(g), w * np.eye(g)]))
     rhs.append(w * centre)
     if p_idle_prior_w is not None:
-        wi = np.sqrt(IDLE_PRIOR_READINGS)
+        wi = np.sqrt(idle_weight)
         rows.append(np.r_[wi, np.zeros(g)][None, :])
         rhs.append(np.array([wi * p_idle_prior_w]))
     a_mat = np.vstack(rows)
@@ -118,7 +119,8 @@ def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
 
 
 def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
-              seed: int = 0, pooled: float | F64 | None = None) -> tuple[F64, F64]:
+              seed: int = 0, pooled: float | F64 | None = None,
+              idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
     """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``."""
     rng = np.random.default_rng(seed)
     k, g = x.shape
@@ -128,7 +130,7 @@ def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, bloc
         return p, dp
     for b in range(n_boot):
         idx = block_indices(k, block, rng)
-        f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled)
+        f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight)
         p[b] = f.p_idle_w
         dp[b] = f.dp_w
     return p, dp
