@@ -54,8 +54,10 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
     return bool(ci[0] - 1e-9 <= x <= ci[1] + 1e-9)
 
 
-def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any]:
-    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
+def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
+            workload_seed: int | None = None) -> dict[str, Any]:
+    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
+                   workload_seed=workload_seed)
     truth, trace = res.truth, res.trace
     t0 = time.perf_counter()
     snap = attribute(trace)
@@ -80,6 +82,11 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
     err_all = sum(abs(est.get(c, (0.0,))[0] - true[c]) for c in true) / all_true
     nerr_all = sum(abs(naive.get(c, 0.0) - true[c]) for c in true) / all_true
     covered = [c for c in res_keys if _covers(est[c][1], true[c])]
+    # interval width: mean relative half-width over resolvable classes; and coverage over
+    # every class (flagged or not), which says whether even a flagged row's interval is honest
+    half = [(est[c][1][1] - est[c][1][0]) / 2 / true[c] for c in res_keys if true[c] > 0]
+    all_keys = [c for c in true if c in est and true[c] > 0]
+    covered_all = [c for c in all_keys if _covers(est[c][1], true[c])]
     # diagnostic: the same against the truth as the sensor scales it (gain is not correctable)
     g = truth.gain
     covered_g = [c for c in res_keys if _covers(est[c][1], g * true[c])]
@@ -103,6 +110,9 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int) -> dict[str, Any
         "err": err, "err_all_classes": err_all,
         "naive_err": nerr, "naive_err_all_classes": nerr_all,
         "coverage": cov, "covered": len(covered), "gain": g,
+        "ci_rel_half_width": sum(half) / len(half) if half else float("nan"),
+        "ci_half_width_sum": sum(half), "classes_with_ci": len(all_keys),
+        "covered_all_classes": len(covered_all),
         "err_vs_sensor_scale": err_g, "covered_vs_sensor_scale": len(covered_g),
         "inseparable": len(insep), "inseparable_ok": len(insep_ok),
         "idle_err": idle_err, "closure": closure,
@@ -178,6 +188,16 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "pooled_coverage_vs_sensor_scale": (sum(r["covered_vs_sensor_scale"] for r in rows)
                                             / n_res if n_res else float("nan")),
         "median_err_vs_sensor_scale": med("err_vs_sensor_scale"),
+        "mean_ci_rel_half_width": (sum(r["ci_half_width_sum"] for r in rows) / n_res
+                                   if n_res else float("nan")),
+        "pooled_coverage_all_classes": (sum(r["covered_all_classes"] for r in rows)
+                                        / max(sum(r["classes_with_ci"] for r in rows), 1)),
+        "pooled_coverage_by_gpu": {
+            g: (sum(r["covered"] for r in rows if r["gpu"] == g)
+                / max(sum(r["resolvable"] for r in rows if r["gpu"] == g), 1))
+            for g in dict.fromkeys(r["gpu"] for r in rows)},
+        "resolvable_by_gpu": {g: sum(r["resolvable"] for r in rows if r["gpu"] == g)
+                              for g in dict.fromkeys(r["gpu"] for r in rows)},
         "max_idle_err": max(r["idle_err"] for r in rows),
         "max_closure": max(r["closure"] for r in rows),
         "total_wall_s": sum(r["wall_s"] for r in rows),
@@ -203,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="simulated seconds (60)")
     ap.add_argument("--quick", action="store_true", help="20 s and fewer combinations")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--workload-seed", type=int, default=None,
+                    help="draw other workload definitions (phase schedules and mixes) too")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parent / "accuracy_results.json")
@@ -214,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s in scen:
         for g in gpus:
-            rows.append(sim_row(s, g, seconds, a.seed))
+            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
@@ -230,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"python {platform.python_version()}",
         "command": " ".join(["python", "benchmarks/accuracy.py", *(argv or sys.argv[1:])]),
         "engine_version": _git_state(),
-        "seconds": seconds, "seed": a.seed, "summary": summ, "sim": rows, "real": real,
+        "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
+        "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }
     a.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

@@ -1,7 +1,9 @@
 """The engine's array level: per-record energies for one trace.
 
-Owns the pipeline per device -- items and classes, idle gaps, readings and sensor model,
-lag search, regression, bootstrap, resolvability -- and the conventions of CONTRACT.md:
+Owns the pipeline per device -- items and classes (split by clamp state into regressor
+units), idle gaps, readings and sensor model, lag search (and on consumer boards the slow
+response stage and boost tail), regression, bootstrap and the interval's sensitivity terms,
+resolvability -- and the conventions of CONTRACT.md:
 dynamic energy ``ΔP_c × duration``; full energy adds ``P_idle × time share``; idle energy
 ``P_idle × idle time`` by cause; so Σ items + Σ idle = P_idle × window + Σ dynamic.
 """
@@ -14,18 +16,27 @@ from collections.abc import Callable
 import numpy as np
 
 from attribution.engine import regress
-from attribution.engine.activity import BusyFunction, Items, idle_share_s, items_for_device
+from attribution.engine.activity import (
+    KERNEL,
+    BusyFunction,
+    Items,
+    idle_share_s,
+    items_for_device,
+)
+from attribution.engine.clamp import clamped_items
+from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
     Sensor,
     fit_lag,
     fit_lag_response,
+    fit_slow_response,
     readings_for,
     sensor_model,
     usable,
     window_fractions,
 )
 from attribution.idle import IdleIntervals, device_indices, idle_intervals
-from attribution.model import F64, I32, I64, Trace
+from attribution.model import F64, I32, I64, B, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 
 MAX_GROUPS = 32
@@ -44,6 +55,15 @@ LONG_WINDOW_MS = 500.0
 Z90 = 1.645
 GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
+TAIL_KIND = 99
+"""Prior kind of the boost-tail column (its own pooled centre)."""
+IDLE_SANITY = 0.5
+"""A fitted active idle this far (relative) from the preset's means the model is not
+identified (e.g. steps phase-locked to the sensor period): no class is resolvable."""
+HELD_IDLE_READINGS = 100.0
+"""P_idle prior weight per reading when the fit is degenerate (holds P_idle at the prior)."""
+PRIOR_SPAN = (0.0, 2.0)
+"""The ΔP prior centre is refitted at these multiples; the interval covers the results."""
 BLOCK_S = 1.0
 """Bootstrap blocks span max(1 s, 3 W) of readings (readings closer are correlated)."""
 
@@ -73,6 +93,12 @@ class DeviceResult:
     response_ms: float  # fitted board response time constant τ
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
+    slow_response: tuple[float, float] = (0.0, 0.0)
+    """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
+    boost_tail_j: float = 0.0
+    """Energy of the fitted consumer boost tail over the window (in no item, not idle)."""
+    item_group: I32 = dataclasses.field(default_factory=lambda: np.empty(0, np.int32))
+    """Regressor group of each item (a kernel class's clamped instances have their own)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,7 +177,8 @@ def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: 
 
 
 def _groups(items: Items, n_cls: int) -> tuple[I32, int]:
-    """Busiest MAX_GROUPS classes get their own group, the rest share the last one."""
+    """Busiest MAX_GROUPS classes get their own group, the rest share the last one (one group
+    per class; the engine itself now uses :func:`_unit_groups`, which also splits clamps)."""
     t = np.bincount(items.cls, weights=items.duration_ns.astype(np.float64), minlength=n_cls)
     order = sorted(range(n_cls), key=lambda c: (-t[c], items.labels[c]))
     group = np.zeros(n_cls, np.int32)
@@ -187,13 +214,36 @@ def _clusters(x: F64, exposure: F64) -> list[list[int]]:
     return [v for v in comps.values() if len(v) > 1]
 
 
+def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
+    """Regressor units: one per class and clamp state (kernels only are split), grouped like
+    :func:`_groups`.  Returns (item → group, class → main group, group → prior kind, groups);
+    the prior kind is ``2 × source + clamped`` (kernels and copies, free and clamped, each
+    get their own pooled ΔP prior centre)."""
+    n_cls = len(items.labels)
+    st = (clamped & (items.source == KERNEL)).astype(np.int64)
+    unit = items.cls.astype(np.int64) * 2 + st
+    t = np.bincount(unit, weights=items.duration_ns.astype(np.float64), minlength=2 * n_cls)
+    live = np.flatnonzero(np.bincount(unit, minlength=2 * n_cls) > 0).tolist()
+    order = sorted(live, key=lambda u: (-t[u], items.labels[u // 2], u % 2))
+    group_of_unit = np.full(2 * n_cls, -1, np.int64)
+    for rank, u in enumerate(order):
+        group_of_unit[u] = min(rank, MAX_GROUPS)
+    n_groups = min(len(order), MAX_GROUPS + 1) if len(order) > MAX_GROUPS else len(order)
+    class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
+    kind = np.zeros(n_groups, np.int32)
+    for u in order:
+        kind[group_of_unit[u]] = 2 * items.class_source[u // 2] + (u % 2)
+    item_group = group_of_unit[unit] if len(items) else np.empty(0, np.int64)
+    return (item_group.astype(np.int32), class_group.astype(np.int32), kind, n_groups)
+
+
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
                       n_boot: int, warnings: list[str]) -> DeviceResult:
     preset = _preset(trace, device, gpu)
     items = items_for_device(trace, device)
     n_cls = len(items.labels)
-    group, n_groups = _groups(items, n_cls)
-    item_group = group[items.cls] if len(items) else np.empty(0, np.int32)
+    clamped = clamped_items(trace, device, items.start_ns)
+    item_group, group, group_kind, n_groups = _unit_groups(items, clamped)
     origin = win[0]
     s_ns = np.clip(items.start_ns, win[0], win[1])
     e_ns = np.clip(items.end_ns, win[0], win[1])
@@ -208,8 +258,14 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     t_k, y = rd.t_ns[idx], rd.power_w[idx]
     prior = preset.active_idle_w if preset is not None else None
     dur_s = (e_ns - s_ns).astype(np.float64) * 1e-9
-    class_time = np.bincount(items.cls, weights=dur_s, minlength=n_cls)
+    # group × class busy time: class energy = Σ_g ΔP_g × time[g, c]
+    g_c_time = np.bincount(item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
+                           weights=dur_s, minlength=n_groups * n_cls).reshape(n_groups, n_cls)
     lag, tau = 1.5, 0.0
+    slow = (0.0, 0.0)
+    tail: tuple[I64, I64, float] | None = None
+    tail_j = 0.0
+    degenerate_w: float | None = None
     if rd.field is None:
         warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
@@ -222,18 +278,64 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         t_k, y = rd.t_ns[idx], rd.power_w[idx]
     if len(y) >= 1 and n_groups:
         lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss)
-        x = window_fractions(busy, t_k, window_ms, lag, tau)
-        f = regress.fit(x, y, prior)
-        lag_dp = np.array([regress.fit(window_fractions(busy, t_k, window_ms, lag + d, tau), y,
-                                       prior).dp_w for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
+        if preset is not None and preset.consumer_boost:
+            lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
+                                          rss=regress.quick_rss)
+        x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
+        if preset is not None and preset.consumer_boost:
+            tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
+                            rss=regress.quick_rss)
+
+        def design(d_ms: float, *, plain: bool = False) -> F64:
+            """Activity at lag + d_ms, with the tail column appended when it is modelled;
+            ``plain``: without the consumer-board extras (slow stage, tail)."""
+            if plain:
+                return window_fractions(busy, t_k, window_ms, lag, tau)
+            xd = x if d_ms == 0 else window_fractions(busy, t_k, window_ms, lag + d_ms, tau,
+                                                      slow=slow)
+            if tail is None:
+                return xd
+            return np.column_stack([xd, tail_fractions(tail[0], tail[1], t_k,
+                                                       window_ms=window_ms, lag_ms=lag + d_ms,
+                                                       tau_s=tail[2])])
+
+        xf = design(0.0)
+        kinds = np.r_[group_kind.astype(np.int64), [TAIL_KIND] * (xf.shape[1] - n_groups)]
+        centre = regress.pooled_by_kind(xf, y, kinds)
+        f = regress.fit(xf, y, prior, pooled=centre)
+        idle_w = regress.IDLE_PRIOR_READINGS
+        if prior is not None and len(y) >= 8 and abs(f.p_idle_w - prior) > IDLE_SANITY * prior:
+            # the readings cannot place P_idle (aliasing, a missing regressor): hold it at the
+            # board's active idle so idle energy stays sane; every class is flagged below
+            degenerate_w = f.p_idle_w
+            idle_w = HELD_IDLE_READINGS * len(y)
+            f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
+        # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
+        # centre (0 and 2×): both are folded into the interval below
+        lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre,
+                                       idle_weight=idle_w).dp_w[:n_groups]
+                           for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
+        prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m,
+                                         idle_weight=idle_w).dp_w[:n_groups]
+                             for m in PRIOR_SPAN])
+        if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
+            xp = design(0.0, plain=True)
+            plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups],
+                                   idle_weight=idle_w).dp_w
+            prior_dp = np.vstack([prior_dp, plain_dp[None, :]])
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
-        p_boot, dp_boot = regress.bootstrap(x, y, prior, n_boot=n_boot, block=block)
-        p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
+        p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
+                                            pooled=centre, idle_weight=idle_w)
+        dp_boot = dp_boot[:, :n_groups]
+        p_idle, dp, rms = f.p_idle_w, f.dp_w[:n_groups], f.rms_w
+        if tail is not None:
+            tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
+                                                              win[0], win[1])
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
         dp = np.zeros(n_groups)
-        lag_dp = np.zeros((2, n_groups))
+        lag_dp = prior_dp = np.zeros((2, n_groups))
         p_boot, dp_boot = np.full(max(n_boot, 1), p_idle), np.zeros((max(n_boot, 1), n_groups))
         rms = float(np.std(y))
         x = np.zeros((len(y), n_groups))
@@ -241,44 +343,55 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     else:
         p_idle = 0.0
         dp = np.zeros(n_groups)
-        lag_dp = np.zeros((2, n_groups))
+        lag_dp = prior_dp = np.zeros((2, n_groups))
         p_boot, dp_boot = np.zeros(1), np.zeros((1, n_groups))
         rms = 0.0
         x = np.zeros((0, n_groups))
         exposure = np.zeros(n_groups)
     has_power = rd.field is not None
-    class_dp = dp[group] if n_cls else np.zeros(0)
-    class_dyn = class_dp * class_time
-    boot_dyn = dp_boot[:, group] * class_time[None, :] if n_cls else np.zeros((1, 0))
+    class_dyn = np.asarray(dp, np.float64) @ g_c_time if n_cls else np.zeros(0)
+    boot_dyn = dp_boot @ g_c_time if n_cls else np.zeros((1, 0))
     ci = np.percentile(boot_dyn, [5.0, 95.0], axis=0).T if n_cls else np.zeros((0, 2))
     ci = _with_gain(ci, class_dyn, preset.gain_sigma if preset is not None else GAIN_SIGMA)
-    if n_cls:  # the lag is known to ±LAG_SLACK_MS at best: the interval covers both ends
-        lag_dyn = lag_dp[:, group] * class_time[None, :]
-        ci = np.column_stack([np.minimum(ci[:, 0], lag_dyn.min(axis=0)),
-                              np.maximum(ci[:, 1], lag_dyn.max(axis=0))])
+    if n_cls:  # lag known to ±LAG_SLACK_MS; prior centre unknown: cover both ends of each
+        ends = np.vstack([lag_dp, prior_dp]) @ g_c_time
+        ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
+                              np.maximum(ci[:, 1], ends.max(axis=0))])
     clusters = _clusters(x, exposure) if has_power else []
     cluster_of: dict[int, int] = {}
     for ci_idx, comp in enumerate(clusters):
         for g in comp:
             cluster_of[g] = ci_idx
+    class_exposure = (exposure @ (g_c_time > 0)) if n_cls else np.zeros(0)
+    degenerate = degenerate_w is not None
     resolvable, cluster, why = [], [], []
     for c in range(n_cls):
+        gs = np.flatnonzero(g_c_time[:, c] > 0)
         g = int(group[c])
+        in_cluster = [int(h) for h in gs if int(h) in cluster_of]
         half = (ci[c, 1] - ci[c, 0]) / 2.0
         if not has_power:
             r, w, cl = False, "no power readings", None
         elif window_ms >= LONG_WINDOW_MS:
             r, cl = False, None
             w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif degenerate:
+            r, cl = False, None
+            w = (f"fit is degenerate: active idle fitted at {degenerate_w:.0f} W against the "
+                 f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
+                 f"{p_idle:.0f} W")
         elif preset is not None and preset.consumer_boost:
-            r, w, cl = False, "consumer-card boost ramp and tail are not modelled yet", None
-        elif n_cls > MAX_GROUPS and g == MAX_GROUPS:
+            r, cl = False, None
+            w = ("consumer-card boost: the fitted slow stage and tail are an approximate model; "
+                 "the interval spans the fits with and without them")
+        elif n_groups > MAX_GROUPS and g == MAX_GROUPS:
             r, w, cl = False, "pooled with other rarely-run classes", None
-        elif g in cluster_of:
+        elif in_cluster:
             r, w = False, "always runs in a fixed mix with other classes"
-            cl = f"cluster{cluster_of[g]}"
-        elif exposure[g] < MIN_EXPOSURE:
-            r, w, cl = False, f"too little exposure ({exposure[g]:.1f} reading-equivalents)", None
+            cl = f"cluster{cluster_of[in_cluster[0]]}"
+        elif class_exposure[c] < MIN_EXPOSURE:
+            r, cl = False, None
+            w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
         elif class_dyn[c] <= 0:
             r, w, cl = False, "estimate sits at the zero bound", None
         elif half > MAX_REL_HALF_WIDTH * class_dyn[c]:
@@ -288,7 +401,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         resolvable.append(r)
         cluster.append(cl)
         why.append(w)
-    item_dyn = class_dp[items.cls] * dur_s if len(items) else np.zeros(0)
+    item_dyn = np.asarray(dp, np.float64)[item_group] * dur_s if len(items) else np.zeros(0)
     share = idle_share_s(s_ns, e_ns, origin)
     item_energy = item_dyn + p_idle * share
     names = tuple(tuple(items.labels[c] for c in range(n_cls) if int(group[c]) in comp)
@@ -304,7 +417,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         class_dynamic_j=class_dyn, class_ci_j=ci, class_resolvable=tuple(resolvable),
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
         item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
-        clusters=names,
+        clusters=names, item_group=item_group, slow_response=slow, boost_tail_j=tail_j,
     )
 
 

@@ -3,10 +3,12 @@
 Owns the fit ``power_w[k] ≈ P_idle + Σ_g ΔP_g · x[k, g]`` where ``x[k, g]`` is class g's busy
 time inside reading k's sensor window divided by the window length.  All unknowns are
 non-negative (``scipy.optimize.nnls`` on an augmented system).  Two weak priors keep
-under-determined classes sane: each ``ΔP_g`` is pulled toward the pooled ``ΔP`` of all busy
-time with the weight of ``PRIOR_READINGS`` readings fully occupied by g, and ``P_idle``
-toward the preset's active-idle power (when known) with the weight of
-``IDLE_PRIOR_READINGS`` idle readings.  Also owns the moving-block bootstrap over readings.
+under-determined classes sane: each ``ΔP_g`` is pulled toward a centre -- the pooled ``ΔP`` of
+all busy time, or per group (:func:`pooled_by_kind`: the pooled ΔP of the group's kind, kernels
+or copies, so a low-power copy is not dragged toward the kernels' power) -- with the weight of
+``PRIOR_READINGS`` readings fully occupied by g, and ``P_idle`` toward the preset's
+active-idle power (when known) with the weight of ``IDLE_PRIOR_READINGS`` idle readings.  Also
+owns the moving-block bootstrap over readings.
 """
 
 from __future__ import annotations
@@ -42,18 +44,47 @@ def pooled_fit(x: F64, y: F64) -> tuple[float, float]:
     return float(max(coef[0], 0.0)), float(max(coef[1], 0.0))
 
 
-def fit(x: F64, y: F64, p_idle_prior_w: float | None, *, pooled: float | None = None) -> Fit:
-    """The non-negative fit with weak priors (see the module docstring)."""
+def pooled_by_kind(x: F64, y: F64, kind: I64) -> F64:
+    """Prior centre per group: for each kind j (e.g. kernels, copies), the ΔP of kind j's
+    pooled activity ``Σ_{g: kind_g = j} x_g`` in a least-squares fit where every group of the
+    other kinds keeps its own column (so the pooled ΔP of the copies is not asked to absorb
+    the kernels' differences), clamped to ≥ 0.  One kind only, or a kind the readings cannot
+    separate: the all-busy pooled ΔP of :func:`pooled_fit`."""
+    g = x.shape[1]
+    _, allp = pooled_fit(x, y)
+    out = np.full(g, allp)
+    kinds = np.unique(kind) if g else np.zeros(0, np.int64)
+    if len(kinds) < 2:
+        return out
+    for j in kinds:
+        mine = kind == j
+        s = x[:, mine].sum(axis=1)
+        a_mat = np.column_stack([np.ones(len(y)), x[:, ~mine], s])
+        if len(y) < a_mat.shape[1] + 2 or float(np.ptp(s)) < 1e-9:
+            continue
+        ata = a_mat.T @ a_mat
+        lam = 1e-6 * float(np.trace(ata)) / ata.shape[0]
+        coef = np.linalg.solve(ata + lam * np.eye(ata.shape[0]), a_mat.T @ y)
+        out[mine] = max(float(coef[-1]), 0.0)
+    return out
+
+
+def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
+        pooled: float | F64 | None = None, idle_weight: float = IDLE_PRIOR_READINGS) -> Fit:
+    """The non-negative fit with weak priors (see the module docstring).  ``pooled`` is the
+    ΔP prior centre: one value for every group or one per group; ``idle_weight`` the P_idle
+    prior's weight in idle readings (large: P_idle held at the prior)."""
     k, g = x.shape
     if pooled is None:
         _, pooled = pooled_fit(x, y)
+    centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
     w = np.sqrt(PRIOR_READINGS)
     rows = [np.column_stack([np.ones(k), x])]
     rhs = [y]
     rows.append(np.column_stack([np.zeros(g), w * np.eye(g)]))
-    rhs.append(np.full(g, w * pooled))
+    rhs.append(w * centre)
     if p_idle_prior_w is not None:
-        wi = np.sqrt(IDLE_PRIOR_READINGS)
+        wi = np.sqrt(idle_weight)
         rows.append(np.r_[wi, np.zeros(g)][None, :])
         rhs.append(np.array([wi * p_idle_prior_w]))
     a_mat = np.vstack(rows)
@@ -63,7 +94,8 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *, pooled: float | None = 
     sol = sol / scale
     resid = y - (sol[0] + x @ sol[1:])
     rms = float(np.sqrt(np.mean(resid ** 2))) if k else 0.0
-    return Fit(float(sol[0]), np.asarray(sol[1:], np.float64), rms, float(pooled))
+    return Fit(float(sol[0]), np.asarray(sol[1:], np.float64), rms,
+               float(np.mean(centre)) if g else 0.0)
 
 
 def quick_rss(x: F64, y: F64) -> float:
@@ -87,7 +119,8 @@ def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
 
 
 def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
-              seed: int = 0) -> tuple[F64, F64]:
+              seed: int = 0, pooled: float | F64 | None = None,
+              idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
     """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``."""
     rng = np.random.default_rng(seed)
     k, g = x.shape
@@ -97,7 +130,7 @@ def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, bloc
         return p, dp
     for b in range(n_boot):
         idx = block_indices(k, block, rng)
-        f = fit(x[idx], y[idx], p_idle_prior_w)
+        f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight)
         p[b] = f.p_idle_w
         dp[b] = f.dp_w
     return p, dp

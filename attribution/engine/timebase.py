@@ -25,6 +25,13 @@ LAG_FINE_MS = 0.25
 TAU_GRID_MS = (0.0, 0.4, 0.8, 1.2, 2.0, 3.0)
 """Candidate board response time constants (first-order low-pass before the boxcar)."""
 TAU_POINTS = 8
+SLOW_TAU_GRID_MS = (30.0, 60.0, 120.0, 250.0, 500.0)
+"""Candidate time constants of a consumer board's slow boost stage (DESIGN.md §3: two-stage
+ramp, tail 0.5-3 s)."""
+SLOW_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+SLOW_LAG_SPAN_MS = 6.0
+AVERAGE_WINDOW_MS = 1000.0
+"""Window of the ``average`` field on a board whose preset does not list it (DESIGN.md §3)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,7 +50,7 @@ class Sensor:
     period_ms: float
     window_ms: float
     lag_ms: float
-    source: str  # "preset" | "measured" | "none"
+    source: str  # "preset" | "measured" | "measured+fitted" | "field" | "none"
 
 
 def readings_for(trace: Trace, device: int) -> Readings:
@@ -73,7 +80,8 @@ def readings_for(trace: Trace, device: int) -> Readings:
 
 
 def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
-    """(T, W, source) for the readings' field: the preset's, else measured T and W = T."""
+    """(T, W, source) for the readings' field: the preset's; else measured T and W = T
+    (source "measured": the engine then fits W), or W = 1 s for the ``average`` field."""
     if readings.field is None:
         return float("nan"), float("nan"), "none"
     if preset is not None:
@@ -83,6 +91,8 @@ def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, f
         except KeyError:
             pass
     t = readings.period_ms if np.isfinite(readings.period_ms) else 100.0
+    if readings.field is PowerField.AVERAGE:  # NVML's average field is a ~1 s mean by definition
+        return t, AVERAGE_WINDOW_MS, "field"
     return t, t, "measured"
 
 
@@ -91,24 +101,30 @@ ActivityFn = Callable[[I64], F64]
 
 
 def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float,
-                     tau_ms: float = 0.0) -> F64:
+                     tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0)) -> F64:
     """Per-group busy fraction inside each reading's window [t − D − W, t − D].
 
     With ``tau_ms > 0`` the board is a first-order low-pass of time constant τ in front of
     the boxcar: the window integral of the filtered signal is the expectation of the boxcar
-    integral over a delay u ~ Exp(τ), computed at ``TAU_POINTS`` quantiles of u.
+    integral over a delay u ~ Exp(τ), computed at ``TAU_POINTS`` quantiles of u.  ``slow``
+    = (τ₂, w) adds a second, slow stage (consumer boards ramp in two stages): a fraction w of
+    the power follows Exp(τ₂) instead; the delay is then the mixture.
     """
     n = len(t_ns)
-    if tau_ms > 0:
-        u = -tau_ms * np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
-    else:
-        u = np.zeros(1)
+    q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
+    u = tau_ms * q if tau_ms > 0 else np.zeros(1)
+    wt = np.full(len(u), 1.0 / len(u))
+    tau2, w2 = slow
+    if tau2 > 0 and w2 > 0:
+        u = np.concatenate([u, tau2 * q])
+        wt = np.concatenate([wt * (1.0 - w2), np.full(TAU_POINTS, w2 / TAU_POINTS)])
     hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
     lo = hi - np.int64(round(window_ms * 1e6))
     both = busy(np.concatenate([lo, hi]))
     m = len(hi)
     frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
-    return np.asarray(frac.reshape(len(u), n, -1).mean(axis=0), dtype=np.float64)
+    out = np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1)
+    return np.asarray(out, dtype=np.float64)
 
 
 def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
@@ -160,3 +176,38 @@ def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
         if scores[i] < best[0]:
             best = (float(scores[i]), float(grid[i]), float(tau))
     return best[1], best[2]
+
+
+def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
+                      lag_ms: float, tau_ms: float, rss: Callable[[F64, F64], float]
+                      ) -> tuple[float, tuple[float, float]]:
+    """A slow second response stage (τ₂, w) and the lag refitted with it.
+
+    Grid search of (τ₂, w) over ``SLOW_TAU_GRID_MS`` × ``SLOW_WEIGHTS`` at the given lag and
+    τ, then the lag again (±``SLOW_LAG_SPAN_MS``, fine steps) with that stage, then the stage
+    once more at the new lag.  Returns (lag, (0, 0)) when no stage lowers the residual.
+    """
+    if len(t_ns) < 8:
+        return lag_ms, (0.0, 0.0)
+
+    def stage(lag: float) -> tuple[float, tuple[float, float]]:
+        # the mixture's activity is (1 − w)·x_fast + w·x_slow: one x_slow per τ₂
+        x_fast = window_fractions(busy, t_ns, window_ms, lag, tau_ms)
+        best = (rss(x_fast, y), (0.0, 0.0))
+        for tau2 in SLOW_TAU_GRID_MS:
+            x_slow = window_fractions(busy, t_ns, window_ms, lag, tau2)
+            for w in SLOW_WEIGHTS:
+                r = rss((1.0 - w) * x_fast + w * x_slow, y)
+                if r < best[0]:
+                    best = (r, (tau2, w))
+        return best
+
+    _, slow = stage(lag_ms)
+    if slow == (0.0, 0.0):
+        return lag_ms, slow
+    grid = np.arange(lag_ms - SLOW_LAG_SPAN_MS, lag_ms + SLOW_LAG_SPAN_MS + 1e-9, 2 * LAG_FINE_MS)
+    scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau_ms, slow=slow), y)
+              for d in grid]
+    lag = float(grid[int(np.argmin(scores))])
+    _, slow = stage(lag)
+    return lag, slow

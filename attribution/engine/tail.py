@@ -1,0 +1,101 @@
+"""The boost tail of consumer boards: power that stays on after the GPU goes idle.
+
+Owns the tail regressor.  GeForce cards keep boost power for 0.5-3 s after work stops
+(DESIGN.md §3).  Modelled as a level L (W, fitted, ≥ 0) times ``exp(−age/τ_t)`` inside every
+idle gap of at least ``min_gap`` (age = time since the gap began), cut off when the next item
+starts.  The sensor sees its window mean, which :func:`tail_fractions` computes exactly from
+the cumulative integral.  The tail matters far beyond its energy: it sits exactly in the
+low-activity readings that pin the active idle, so without it ``P_idle`` is fitted high and
+every class's ΔP low.  Its energy belongs to no item and, by CONTRACT.md, is not idle energy
+(``P_idle × time``) either: the engine reports it apart (``meta.boost_tail_j``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from attribution.model import F64, I64
+
+TAIL_TAU_GRID_S = (0.25, 0.5, 1.0, 2.0)
+MIN_GAP_GRID_MS = (5.0, 20.0, 50.0)
+TAIL_MAX_R2 = 0.9
+"""A tail column explained this well by the activity columns is not identifiable: when every
+gap is short and regular (a square wave) the tail is the complement of the busy time."""
+
+
+def idle_gaps(start_ns: I64, end_ns: I64, min_gap_ns: int) -> tuple[I64, I64]:
+    """Gaps of at least ``min_gap_ns`` between the union of the items' busy intervals."""
+    if len(start_ns) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    o = np.argsort(start_ns, kind="stable")
+    s = start_ns[o]
+    e = np.maximum.accumulate(end_ns[o])
+    long_ = s[1:] - e[:-1] >= min_gap_ns
+    return e[:-1][long_].astype(np.int64), s[1:][long_].astype(np.int64)
+
+
+def _cumulative_s(gs: I64, ge: I64, tau_s: float, t_ns: I64) -> F64:
+    """``∫_{-∞}^t Σ_g exp(−(u − gs_g)/τ) 1[gs_g ≤ u < ge_g] du`` in seconds (gaps sorted and
+    disjoint, so every gap before the last one begun by t is complete)."""
+    full = tau_s * -np.expm1(-(ge - gs).astype(np.float64) * 1e-9 / tau_s)
+    cum = np.r_[0.0, np.cumsum(full)]
+    j = np.searchsorted(gs, t_ns, side="right")
+    i = np.clip(j - 1, 0, None)
+    age_s = (np.minimum(t_ns, ge[i]) - gs[i]).astype(np.float64) * 1e-9
+    last = tau_s * -np.expm1(-np.clip(age_s, 0.0, None) / tau_s)
+    return np.asarray(np.where(j > 0, cum[i] + last, 0.0), dtype=np.float64)
+
+
+def tail_fractions(gs: I64, ge: I64, t_ns: I64, *, window_ms: float, lag_ms: float,
+                   tau_s: float) -> F64:
+    """Window mean of the unit-level tail for each reading's window [t − D − W, t − D]."""
+    if len(gs) == 0:
+        return np.zeros(len(t_ns))
+    hi = t_ns - np.int64(round(lag_ms * 1e6))
+    lo = hi - np.int64(round(window_ms * 1e6))
+    return (_cumulative_s(gs, ge, tau_s, hi) - _cumulative_s(gs, ge, tau_s, lo)) / (
+        window_ms * 1e-3)
+
+
+def tail_energy_s(gs: I64, ge: I64, tau_s: float, a_ns: int, b_ns: int) -> float:
+    """∫ of the unit-level tail over [a, b] (multiply by the level in W for joules)."""
+    if len(gs) == 0:
+        return 0.0
+    c = _cumulative_s(gs, ge, tau_s, np.array([a_ns, b_ns], np.int64))
+    return float(c[1] - c[0])
+
+
+def _r2(h: F64, x: F64) -> float:
+    """Uncentred R² of ``h`` regressed on a constant and the columns of ``x``: a nearly
+    constant ``h`` is as unidentifiable (it trades with ``P_idle``) as a collinear one."""
+    ss = float(h @ h)
+    if ss <= 1e-18:
+        return 1.0
+    a = np.column_stack([np.ones(len(h)), x])
+    coef = np.linalg.lstsq(a, h, rcond=None)[0]
+    r = h - a @ coef
+    return 1.0 - float(r @ r) / ss
+
+
+def fit_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float,
+             lag_ms: float, rss: Callable[[F64, F64], float]
+             ) -> tuple[I64, I64, float] | None:
+    """(gap starts, gap ends, τ_t) of the tail model that lowers the residual most, or None
+    (grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``; candidates with R² > ``TAIL_MAX_R2``
+    against the activity columns are skipped)."""
+    best_r = rss(x, y)
+    best: tuple[I64, I64, float] | None = None
+    for mg in MIN_GAP_GRID_MS:
+        gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
+        if len(gs) == 0:
+            continue
+        for tau in TAIL_TAU_GRID_S:
+            h = tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=tau)
+            if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
+                continue
+            r = rss(np.column_stack([x, h]), y)
+            if r < best_r * (1.0 - 1e-3):
+                best_r, best = r, (gs, ge, tau)
+    return best
