@@ -1,0 +1,471 @@
+"""The live incremental engine: attribution over a sliding horizon at a per-tick cost that does
+not grow with the run.
+
+Owns the state of a live attribution.  ``LiveEngine.update(delta, now_ns)`` takes the records
+that completed and the readings taken since the last call; once a stretch of time is settled
+(``now − settle``: records arrive when they complete, so nothing overlapping it can still come)
+it is reduced ONCE to
+
+* a **slab** (one per update): per class calls, busy time, busy-time share (for the
+  ``P_idle`` split) and bytes; idle time and gap count per cause;
+* **reading rows**: per power reading whose sensor window is settled, the per-class activity
+  fractions over its window at the current lag (and at lag ± 0.5 ms for the lag term of the
+  interval), and the reading itself.
+
+Slabs and rows sit in rings over the horizon; ``snapshot()`` drops the expired ones, sums the
+slabs, re-solves the (readings × groups) bounded regression (:func:`regress.fit`), refreshes
+the bootstrap intervals every ``ci_every_s`` on per-block sufficient statistics
+(:mod:`attribution.engine.live_fit`), and assembles the contract snapshot.  The lag and the
+board response (and W for an unknown board) are fitted once ``min_fit_s`` of data is in and
+refitted every ``refit_every_s`` on the last ``fit_span_s`` only; rows already reduced keep
+the lag they were reduced with.  Approximations versus the batch engine on the same horizon
+are listed in docs/attribution.md ("Live engine").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from attribution.engine import regress
+from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
+from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
+from attribution.engine.live_fit import bootstrap_gram, class_groups, to_groups
+from attribution.engine.live_snapshot import CiState, DevicePart, assemble
+from attribution.engine.timebase import (
+    FIELD_PREFERENCE,
+    LAG_GRID_MS,
+    TAU_GRID_MS,
+    fit_lag_response,
+    sensor_model,
+    usable,
+    window_fractions,
+)
+from attribution.engine.timebase import Readings as _Readings
+from attribution.idle import idle_intervals
+from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
+from attribution.presets import GpuPreset, get_preset, preset_for_name
+from attribution.snapshot import IDLE_CAUSES, Snapshot
+
+SETTLE_S = 0.5
+"""Time behind ``now`` that is reduced: records longer than this that straddle it are late."""
+LOOKBACK_NS = 100_000_000
+"""Idle gaps are classified with this much context before the slab (gap length rules)."""
+MIN_FIT_S = 5.0
+REFIT_EVERY_S = 30.0
+FIT_SPAN_S = 20.0
+CI_EVERY_S = 5.0
+_N_CAUSES = len(IDLE_CAUSES)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slab:
+    """Settled time ``[start_ns, end_ns)`` reduced to per-class and per-cause sums."""
+
+    start_ns: int
+    end_ns: int
+    calls: I64
+    time_s: F64
+    share_s: F64
+    bytes: I64
+    idle_s: F64  # per cause
+    idle_n: I64
+
+
+_SUMS = ("calls", "time_s", "share_s", "bytes", "idle_s", "idle_n")
+
+
+class SlabRing:
+    """The slabs over the horizon and their running sums (add on append, subtract on expiry;
+    re-summed from scratch every ``RESUM`` expiries so float drift cannot build up)."""
+
+    RESUM = 1000
+
+    def __init__(self) -> None:
+        self.slabs: deque[Slab] = deque()
+        self.sums: dict[str, F64] = {k: np.zeros(_N_CAUSES if k.startswith("idle") else 0)
+                                     for k in _SUMS}
+        self._expired = 0
+
+    def __len__(self) -> int:
+        return len(self.slabs)
+
+    def _add(self, slab: Slab, sign: float) -> None:
+        for k in _SUMS:
+            v = np.asarray(getattr(slab, k), np.float64)
+            cur = self.sums[k]
+            if len(v) > len(cur):
+                cur = np.pad(cur, (0, len(v) - len(cur)))
+            cur[:len(v)] += sign * v
+            self.sums[k] = cur
+
+    def append(self, slab: Slab) -> None:
+        self.slabs.append(slab)
+        self._add(slab, 1.0)
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the slabs that start before ``before_ns``."""
+        dropped = False
+        while self.slabs and self.slabs[0].start_ns < before_ns:
+            self._add(self.slabs.popleft(), -1.0)
+            self._expired += 1
+            dropped = True
+        if dropped and self._expired >= self.RESUM:
+            self._expired = 0
+            n = {k: len(v) for k, v in self.sums.items()}
+            self.sums = {k: np.zeros(n[k]) for k in _SUMS}
+            for sl in self.slabs:
+                self._add(sl, 1.0)
+
+    def total(self, key: str, n: int) -> F64:
+        v = self.sums[key]
+        return np.pad(v, (0, n - len(v))) if len(v) < n else v.copy()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rows:
+    """Reading rows reduced in one update (class columns as of that update)."""
+
+    t_ns: I64
+    power_w: F64
+    x: F64
+    x_lo: F64  # at lag − LAG_SLACK_MS
+    x_hi: F64  # at lag + LAG_SLACK_MS
+
+
+class Classes:
+    """The engine's class table across updates (labels in first-seen order)."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.source: list[int] = []
+        self.key: list[tuple[str, str]] = []
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def lut(self, labels: tuple[str, ...], sources: tuple[int, ...],
+            keys: tuple[tuple[str, str], ...]) -> I64:
+        out = np.empty(len(labels), np.int64)
+        for i, (lab, src, key) in enumerate(zip(labels, sources, keys, strict=True)):
+            j = self._index.get(lab)
+            if j is None:
+                j = len(self.labels)
+                self._index[lab] = j
+                self.labels.append(lab)
+                self.source.append(src)
+                self.key.append(key)
+            out[i] = j
+        return out
+
+
+def _pad(a: F64, n: int) -> F64:
+    """Zero columns for classes first seen after ``a`` was reduced."""
+    if a.shape[-1] == n:
+        return a
+    width = [(0, 0)] * (a.ndim - 1) + [(0, n - a.shape[-1])]
+    return np.asarray(np.pad(a, width), np.float64)
+
+
+def _fsum(idx: npt.NDArray[np.integer[Any]], weights: F64, n: int) -> F64:
+    return np.asarray(np.bincount(idx, weights=weights, minlength=n), np.float64)
+
+
+class DeviceState:
+    """Everything the live engine keeps for one GPU."""
+
+    def __init__(self, device: int, name: str, preset: GpuPreset | None) -> None:
+        self.device = device
+        self.name = name
+        self.preset = preset
+        self.field: PowerField | None = None
+        self.period_ms = float("nan")
+        self.window_ms = float("nan")
+        self.source = "none"
+        self.lag_ms = 1.5
+        self.tau_ms = 0.0
+        self.fitted = False
+        self.last_fit_ns = 0
+        self.pend_t = np.empty(0, np.int64)
+        self.pend_w = np.empty(0, np.float64)
+        self.rows: deque[Rows] = deque()
+        self.slabs = SlabRing()
+        self.classes = Classes()
+        self.energy_t = np.empty(0, np.int64)
+        self.energy_mj = np.empty(0, np.int64)
+        self.ci: CiState | None = None
+
+    def add_readings(self, tr: Trace) -> None:
+        p = tr.power
+        on = p.device == self.device
+        if self.field is None:
+            for f in FIELD_PREFERENCE:
+                if bool((on & (p.field == int(f))).any()):
+                    self.field = f
+                    break
+            if self.field is None:
+                return
+        m = on & (p.field == int(self.field)) & p.fresh
+        t = p.t_ns[m]
+        w = p.power_mw[m].astype(np.float64) / 1e3
+        ok = np.isfinite(w) & (w >= 0)
+        t, w = t[ok], w[ok]
+        if len(self.pend_t):
+            keep = t > self.pend_t[-1]
+            t, w = t[keep], w[keep]
+        order = np.argsort(t, kind="stable")
+        self.pend_t = np.concatenate([self.pend_t, t[order]])
+        self.pend_w = np.concatenate([self.pend_w, w[order]])
+        if np.isnan(self.period_ms) and len(self.pend_t) > 8:
+            rd = _Readings(self.field, self.pend_t, self.pend_w,
+                           float(np.median(np.diff(self.pend_t)) / 1e6))
+            self.period_ms, self.window_ms, self.source = sensor_model(self.preset, rd)
+        e = tr.energy
+        em = e.device == self.device
+        if bool(em.any()):
+            self.energy_t = np.concatenate([self.energy_t, e.t_ns[em]])
+            self.energy_mj = np.concatenate([self.energy_mj, e.energy_mj[em]])
+
+
+class LiveEngine:
+    """Incremental attribution over ``[now − horizon, now − settle]``; see the module doc."""
+
+    def __init__(self, *, gpu: str | None = None, devices: list[DeviceInfo] | None = None,
+                 horizon_s: float = 300.0, settle_s: float = SETTLE_S,
+                 min_fit_s: float = MIN_FIT_S, refit_every_s: float = REFIT_EVERY_S,
+                 fit_span_s: float = FIT_SPAN_S, ci_every_s: float = CI_EVERY_S,
+                 n_boot: int = 100) -> None:
+        self.gpu = gpu
+        self.devices_info = list(devices or [])
+        self.horizon_ns = int(horizon_s * 1e9)
+        self.settle_ns = int(settle_s * 1e9)
+        self.min_fit_ns = int(min_fit_s * 1e9)
+        self.refit_ns = int(refit_every_s * 1e9)
+        self.fit_span_ns = int(fit_span_s * 1e9)
+        self.ci_every_ns = int(ci_every_s * 1e9)
+        self.n_boot = n_boot
+        self.dev: dict[int, DeviceState] = {}
+        self.chunks: deque[tuple[int, Trace]] = deque()
+        self.start_ns: int | None = None
+        self.done_ns: int | None = None
+        self.now_ns = 0
+        self.refits = 0
+
+    # ------------------------------------------------------------------ input
+
+    def _state(self, device: int) -> DeviceState:
+        st = self.dev.get(device)
+        if st is None:
+            name = next((d.name for d in self.devices_info if d.index == device), "")
+            preset = get_preset(self.gpu) if self.gpu is not None else preset_for_name(name)
+            st = self.dev[device] = DeviceState(device, name, preset)
+        return st
+
+    def update(self, delta: Trace, now_ns: int) -> None:
+        """Add the records completed and readings taken in ``(previous now, now_ns]``."""
+        self.now_ns = now_ns
+        devs = np.unique(np.concatenate([delta.kernels.device, delta.copies.device,
+                                         delta.memsets.device, delta.power.device]))
+        for d in devs[devs >= 0].tolist():
+            self._state(int(d))
+        for st in self.dev.values():
+            st.add_readings(delta)
+        items = Trace(strings=delta.strings, kernels=delta.kernels, copies=delta.copies,
+                      memsets=delta.memsets, apis=delta.apis)
+        self.chunks.append((now_ns, items))
+        if self.start_ns is None:
+            starts = [int(b.start_ns.min()) for b in (delta.kernels, delta.copies,
+                                                      delta.memsets, delta.apis) if len(b)]
+            if not starts:
+                self.chunks.clear()
+                return
+            self.start_ns = self.done_ns = min(starts)
+        assert self.done_ns is not None
+        upto = now_ns - self.settle_ns
+        for st in self.dev.values():
+            due = st.field is not None and not np.isnan(st.window_ms) and (
+                (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
+                or (st.fitted and now_ns - st.last_fit_ns >= self.refit_ns))
+            if due:
+                self._fit_lag(st, upto)
+        ready = all(st.fitted or st.field is None for st in self.dev.values())
+        if ready and upto > self.done_ns:
+            for st in self.dev.values():
+                self._reduce(st, self.done_ns, upto)
+            self.done_ns = upto
+        self._prune()
+
+    def _margin_ns(self) -> int:
+        w = max((st.window_ms for st in self.dev.values() if not np.isnan(st.window_ms)),
+                default=0.0)
+        return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + 5.0) * 1e6) + LOOKBACK_NS
+
+    def _recent(self, since_ns: int) -> Trace:
+        """The chunks whose records may end at or after ``since_ns``, as one trace."""
+        parts = [tr for end, tr in self.chunks if end >= since_ns]
+        out = Trace(strings=parts[-1].strings) if parts else Trace()
+        for f in ("kernels", "copies", "memsets", "apis"):
+            setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
+        return out
+
+    def _prune(self) -> None:
+        if self.done_ns is None:
+            return
+        keep_from = self.done_ns - self._margin_ns()
+        if any(not st.fitted and st.field is not None for st in self.dev.values()):
+            keep_from = self.start_ns or keep_from
+        else:
+            keep_from = min(keep_from, self.now_ns - self.fit_span_ns - self.settle_ns)
+        while self.chunks and self.chunks[0][0] < keep_from:
+            self.chunks.popleft()
+
+    # ------------------------------------------------------------------ lag
+
+    def _fit_lag(self, st: DeviceState, upto: int) -> None:
+        lo = max(self.start_ns or upto, upto - self.fit_span_ns)
+        sub = self._recent(lo)
+        it = items_for_device(sub, st.device)
+        if not len(it) or len(st.pend_t) + sum(len(r.t_ns) for r in st.rows) < 8:
+            return
+        s = np.clip(it.start_ns, lo, upto)
+        e = np.clip(it.end_ns, lo, upto)
+        t_all = np.concatenate([*(r.t_ns for r in st.rows), st.pend_t])
+        y_all = np.concatenate([*(r.power_w for r in st.rows), st.pend_w])
+        ct = _fsum(it.cls, (e - s).astype(np.float64), len(it.labels))
+        group, n_groups = class_groups(ct, it.labels)
+        busy = BusyFunction(s, e, group[it.cls], n_groups, origin_ns=lo)
+        if st.source == "measured" and not st.fitted:
+            st.window_ms = _fit_window(busy, t_all, y_all, st.period_ms, (lo, upto))
+            st.source = "measured+fitted"
+        idx = usable(t_all, st.window_ms, lo, upto)
+        if len(idx) < 8:
+            return
+        st.lag_ms, st.tau_ms = fit_lag_response(busy, t_all[idx], y_all[idx], st.window_ms,
+                                                regress.quick_rss)
+        st.fitted = True
+        st.last_fit_ns = self.now_ns
+        self.refits += 1
+
+    # ------------------------------------------------------------------ reduction
+
+    def _reduce(self, st: DeviceState, a: int, b: int) -> None:
+        """Reduce settled time [a, b) to a slab, and settled readings to rows."""
+        sub = self._recent(a - self._margin_ns())
+        it = items_for_device(sub, st.device)
+        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        n_cls = len(st.classes)
+        cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
+        s = np.clip(it.start_ns, a, b)
+        e = np.clip(it.end_ns, a, b)
+        inside = e > s
+        dur = (e - s).astype(np.float64) * 1e-9
+        share = np.zeros(len(it))
+        share[inside] = idle_share_s(s[inside], e[inside], a)
+        started = (it.start_ns >= a) & (it.start_ns < b)
+        nbytes = np.zeros(len(it))
+        for src, batch in ((COPY, sub.copies), (MEMSET, sub.memsets)):
+            m = it.source == src
+            nbytes[m] = batch.bytes[it.row[m]]
+        iv = idle_intervals(sub, a - LOOKBACK_NS, b, [st.device])
+        gs, ge = np.maximum(iv.start_ns, a), np.minimum(iv.end_ns, b)
+        gm = ge > gs
+        st.slabs.append(Slab(
+            a, b,
+            calls=np.bincount(cls[started], minlength=n_cls).astype(np.int64),
+            time_s=_fsum(cls, dur, n_cls),
+            share_s=_fsum(cls, share, n_cls),
+            bytes=np.bincount(cls[started], weights=nbytes[started],
+                              minlength=n_cls).astype(np.int64),
+            idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, _N_CAUSES),
+            idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
+                               minlength=_N_CAUSES).astype(np.int64)))
+        if st.field is None or not len(st.pend_t):
+            return
+        done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
+        first = self.start_ns or a
+        ok = st.pend_t - np.int64(round((st.lag_ms + st.window_ms) * 1e6)) >= first
+        t, y = st.pend_t[done & ok], st.pend_w[done & ok]
+        st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
+        if not len(t):
+            return
+        busy = BusyFunction(it.start_ns, it.end_ns, cls.astype(np.int32), n_cls,
+                            origin_ns=first)
+        xs = [window_fractions(busy, t, st.window_ms, st.lag_ms + d, st.tau_ms)
+              for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
+        st.rows.append(Rows(t, y, xs[0], xs[1], xs[2]))
+
+    # ------------------------------------------------------------------ output
+
+    def snapshot(self) -> Snapshot | None:
+        """The horizon's attribution, or None before anything is settled."""
+        if self.done_ns is None or not any(st.slabs for st in self.dev.values()):
+            return None
+        lo = self.done_ns - self.horizon_ns
+        for st in self.dev.values():
+            st.slabs.expire(lo)
+            while st.rows and st.rows[0].t_ns[-1] < lo:
+                st.rows.popleft()
+        starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
+        win = (min(starts), self.done_ns)
+        parts = []
+        for d in sorted(self.dev):
+            st = self.dev[d]
+            n = len(st.classes)
+            rows = [r for r in st.rows]
+            if rows:
+                t = np.concatenate([r.t_ns for r in rows])
+                keep = ((t - np.int64(round((LAG_GRID_MS[1] + st.window_ms) * 1e6)) >= win[0])
+                        & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
+                xs = [np.concatenate([_pad(getattr(r, k), n) for r in rows])[keep]
+                      for k in ("x", "x_lo", "x_hi")]
+                y = np.concatenate([r.power_w for r in rows])[keep]
+            else:
+                xs = [np.zeros((0, n))] * 3
+                y = np.zeros(0)
+            sums = {k: st.slabs.total(k, _N_CAUSES if k.startswith("idle") else n)
+                    for k in _SUMS}
+            for k in ("calls", "bytes", "idle_n"):
+                sums[k] = np.rint(sums[k])
+            parts.append(self._device_part(st, sums, xs, y))
+        return assemble(parts, win)
+
+    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
+                     ) -> DevicePart:
+        time_s = sums["time_s"]
+        labels = tuple(st.classes.labels)
+        group, n_groups = class_groups(time_s, labels)
+        prior = st.preset.active_idle_w if st.preset is not None else None
+        xg = [to_groups(x, group, n_groups) for x in xs]
+        if len(y) >= 1 and n_groups:
+            f = regress.fit(xg[0], y, prior)
+            p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
+            now = self.done_ns or 0
+            if st.ci is None or now - st.ci.t_ns >= self.ci_every_ns:
+                block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms)
+                                     / max(st.period_ms, 1e-3)))
+                pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.n_boot, block=block)
+                lag_dp = np.array([regress.fit(x, y, prior).dp_w for x in xg[1:]])
+                c_lo = np.minimum(np.percentile(dpb, 5.0, axis=0), lag_dp.min(axis=0))
+                c_hi = np.maximum(np.percentile(dpb, 95.0, axis=0), lag_dp.max(axis=0))
+                st.ci = CiState(now, c_lo[group], c_hi[group],
+                                (float(np.percentile(pb, 5.0)), float(np.percentile(pb, 95.0))))
+        elif len(y) >= 1:
+            p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
+        else:
+            p_idle, dp, rms = 0.0, np.zeros(n_groups), 0.0
+        return DevicePart(
+            device=st.device, name=st.name, preset=st.preset,
+            field=st.field.label if st.field is not None else "none",
+            period_ms=st.period_ms, window_ms=st.window_ms, lag_ms=st.lag_ms,
+            tau_ms=st.tau_ms, source=st.source, labels=labels,
+            class_source=tuple(st.classes.source), class_key=tuple(st.classes.key),
+            group=group, n_groups=n_groups, xg=xg[0], p_idle_w=p_idle,
+            dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=st.ci, calls=sums["calls"],
+            time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
+            idle_n=sums["idle_n"], n_readings=len(y),
+            energy_t_ns=st.energy_t, energy_mj=st.energy_mj)
