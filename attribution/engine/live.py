@@ -55,6 +55,8 @@ SETTLE_S = 0.5
 """Time behind ``now`` that is reduced: records longer than this that straddle it are late."""
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
+SLAB_MAX_NS = 1_000_000_000
+"""Longest slab: the horizon's start moves in steps of at most this."""
 MIN_FIT_S = 5.0
 REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
@@ -294,10 +296,11 @@ class LiveEngine:
             if due:
                 self._fit_lag(st, upto)
         ready = all(st.fitted or st.field is None for st in self.dev.values())
-        if ready and upto > self.done_ns:
+        while ready and upto > self.done_ns:  # slabs of at most SLAB_MAX_NS (horizon edge)
+            b = min(upto, self.done_ns + SLAB_MAX_NS)
             for st in self.dev.values():
-                self._reduce(st, self.done_ns, upto)
-            self.done_ns = upto
+                self._reduce(st, self.done_ns, b)
+            self.done_ns = b
         self._prune()
 
     def _margin_ns(self) -> int:
@@ -345,11 +348,37 @@ class LiveEngine:
         idx = usable(t_all, st.window_ms, lo, upto)
         if len(idx) < 8:
             return
+        old = (st.lag_ms, st.tau_ms)
         st.lag_ms, st.tau_ms = fit_lag_response(busy, t_all[idx], y_all[idx], st.window_ms,
                                                 regress.quick_rss)
+        if st.fitted and (st.lag_ms, st.tau_ms) != old:
+            self._rereduce_rows(st, sub, lo)
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
+
+    def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
+        """Recompute, at the new lag, the rows whose windows the record buffer still holds
+        (older rows keep the lag they were reduced with)."""
+        it = items_for_device(sub, st.device)
+        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        n_cls = len(st.classes)
+        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32), n_cls,
+                            origin_ns=lo)
+        reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
+                                   + 3.0 * TAU_GRID_MS[-1]) * 1e6))
+        for i, r in enumerate(st.rows):
+            ok = r.t_ns - reach_ns >= lo
+            if not bool(ok.any()):
+                continue
+            new = []
+            for d, x_old in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), (r.x, r.x_lo, r.x_hi),
+                                strict=True):
+                x = _pad(x_old, n_cls).copy()
+                x[ok] = window_fractions(busy, r.t_ns[ok], st.window_ms, st.lag_ms + d,
+                                         st.tau_ms)
+                new.append(x)
+            st.rows[i] = Rows(r.t_ns, r.power_w, new[0], new[1], new[2])
 
     # ------------------------------------------------------------------ reduction
 

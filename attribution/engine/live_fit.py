@@ -33,7 +33,8 @@ from attribution.engine.build import (
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
-__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "verdicts"]
+__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "solve_gram",
+           "verdicts"]
 
 
 def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
@@ -102,20 +103,32 @@ def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int,
     counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
     m_all = (counts @ gram).reshape(n_boot, g + 1, g + 1)
     v_all = counts @ aty
-    w2 = regress.PRIOR_READINGS
     for b in range(n_boot):
-        m = m_all[b].copy()
-        v = v_all[b].copy()
-        pooled = _pooled_from_gram(m, v)
-        m[1:, 1:] += w2 * np.eye(g)
-        v[1:] += w2 * pooled
-        if p_idle_prior_w is not None:
-            m[0, 0] += regress.IDLE_PRIOR_READINGS
-            v[0] += regress.IDLE_PRIOR_READINGS * p_idle_prior_w
-        sol = _nnls_gram(m, v)
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w)
         p[b] = sol[0]
         dp[b] = sol[1:]
     return p, dp
+
+
+def gram(x: F64, y: F64) -> tuple[F64, F64]:
+    """``AᵀA`` and ``Aᵀy`` of ``A = [1, x]``."""
+    a = np.column_stack([np.ones(len(y)), x])
+    return np.asarray(a.T @ a, np.float64), np.asarray(a.T @ y, np.float64)
+
+
+def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None) -> F64:
+    """:func:`regress.fit` (pooled ΔP prior, P_idle prior, NNLS) from ``gram(x, y)`` alone:
+    ``[P_idle, ΔP_1, …]``."""
+    g = len(v) - 1
+    m = m.copy()
+    v = v.copy()
+    pooled = _pooled_from_gram(m, v)
+    m[1:, 1:] += regress.PRIOR_READINGS * np.eye(g)
+    v[1:] += regress.PRIOR_READINGS * pooled
+    if p_idle_prior_w is not None:
+        m[0, 0] += regress.IDLE_PRIOR_READINGS
+        v[0] += regress.IDLE_PRIOR_READINGS * p_idle_prior_w
+    return _nnls_gram(m, v)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
