@@ -24,7 +24,6 @@ are listed in docs/attribution.md ("Live engine").
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from typing import Any
 
@@ -34,7 +33,8 @@ import numpy.typing as npt
 from attribution.engine import regress
 from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
-from attribution.engine.live_fit import bootstrap_gram, class_groups, to_groups
+from attribution.engine.live_fit import bootstrap_gram, class_groups, gram, solve_gram, to_groups
+from attribution.engine.live_ring import N_CAUSES, SUMS, RowRing, Slab, SlabRing
 from attribution.engine.live_snapshot import CiState, DevicePart, assemble
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
@@ -47,9 +47,9 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
-from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
+from attribution.model import F64, I32, I64, DeviceInfo, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
-from attribution.snapshot import IDLE_CAUSES, Snapshot
+from attribution.snapshot import Snapshot
 
 SETTLE_S = 0.5
 """Time behind ``now`` that is reduced: records longer than this that straddle it are late."""
@@ -60,83 +60,8 @@ SLAB_MAX_NS = 1_000_000_000
 MIN_FIT_S = 5.0
 REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
-CI_EVERY_S = 5.0
-_N_CAUSES = len(IDLE_CAUSES)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Slab:
-    """Settled time ``[start_ns, end_ns)`` reduced to per-class and per-cause sums."""
-
-    start_ns: int
-    end_ns: int
-    calls: I64
-    time_s: F64
-    share_s: F64
-    bytes: I64
-    idle_s: F64  # per cause
-    idle_n: I64
-
-
-_SUMS = ("calls", "time_s", "share_s", "bytes", "idle_s", "idle_n")
-
-
-class SlabRing:
-    """The slabs over the horizon and their running sums (add on append, subtract on expiry;
-    re-summed from scratch every ``RESUM`` expiries so float drift cannot build up)."""
-
-    RESUM = 1000
-
-    def __init__(self) -> None:
-        self.slabs: deque[Slab] = deque()
-        self.sums: dict[str, F64] = {k: np.zeros(_N_CAUSES if k.startswith("idle") else 0)
-                                     for k in _SUMS}
-        self._expired = 0
-
-    def __len__(self) -> int:
-        return len(self.slabs)
-
-    def _add(self, slab: Slab, sign: float) -> None:
-        for k in _SUMS:
-            v = np.asarray(getattr(slab, k), np.float64)
-            cur = self.sums[k]
-            if len(v) > len(cur):
-                cur = np.pad(cur, (0, len(v) - len(cur)))
-            cur[:len(v)] += sign * v
-            self.sums[k] = cur
-
-    def append(self, slab: Slab) -> None:
-        self.slabs.append(slab)
-        self._add(slab, 1.0)
-
-    def expire(self, before_ns: int) -> None:
-        """Drop the slabs that start before ``before_ns``."""
-        dropped = False
-        while self.slabs and self.slabs[0].start_ns < before_ns:
-            self._add(self.slabs.popleft(), -1.0)
-            self._expired += 1
-            dropped = True
-        if dropped and self._expired >= self.RESUM:
-            self._expired = 0
-            n = {k: len(v) for k, v in self.sums.items()}
-            self.sums = {k: np.zeros(n[k]) for k in _SUMS}
-            for sl in self.slabs:
-                self._add(sl, 1.0)
-
-    def total(self, key: str, n: int) -> F64:
-        v = self.sums[key]
-        return np.pad(v, (0, n - len(v))) if len(v) < n else v.copy()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Rows:
-    """Reading rows reduced in one update (class columns as of that update)."""
-
-    t_ns: I64
-    power_w: F64
-    x: F64
-    x_lo: F64  # at lag − LAG_SLACK_MS
-    x_hi: F64  # at lag + LAG_SLACK_MS
+BOOT_PER_TICK = 5
+"""Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
 
 
 class Classes:
@@ -195,12 +120,12 @@ class DeviceState:
         self.last_fit_ns = 0
         self.pend_t = np.empty(0, np.int64)
         self.pend_w = np.empty(0, np.float64)
-        self.rows: deque[Rows] = deque()
+        self.rows = RowRing()
         self.slabs = SlabRing()
         self.classes = Classes()
         self.energy_t = np.empty(0, np.int64)
         self.energy_mj = np.empty(0, np.int64)
-        self.ci: CiState | None = None
+        self.boot: deque[tuple[float, F64]] = deque()
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -240,8 +165,8 @@ class LiveEngine:
     def __init__(self, *, gpu: str | None = None, devices: list[DeviceInfo] | None = None,
                  horizon_s: float = 300.0, settle_s: float = SETTLE_S,
                  min_fit_s: float = MIN_FIT_S, refit_every_s: float = REFIT_EVERY_S,
-                 fit_span_s: float = FIT_SPAN_S, ci_every_s: float = CI_EVERY_S,
-                 n_boot: int = 100) -> None:
+                 fit_span_s: float = FIT_SPAN_S, n_boot: int = 100,
+                 boot_per_tick: int = BOOT_PER_TICK) -> None:
         self.gpu = gpu
         self.devices_info = list(devices or [])
         self.horizon_ns = int(horizon_s * 1e9)
@@ -249,7 +174,8 @@ class LiveEngine:
         self.min_fit_ns = int(min_fit_s * 1e9)
         self.refit_ns = int(refit_every_s * 1e9)
         self.fit_span_ns = int(fit_span_s * 1e9)
-        self.ci_every_ns = int(ci_every_s * 1e9)
+        self.boot_per_tick = boot_per_tick
+        self._draws = 0
         self.n_boot = n_boot
         self.dev: dict[int, DeviceState] = {}
         self.chunks: deque[tuple[int, Trace]] = deque()
@@ -333,12 +259,13 @@ class LiveEngine:
         lo = max(self.start_ns or upto, upto - self.fit_span_ns)
         sub = self._recent(lo)
         it = items_for_device(sub, st.device)
-        if not len(it) or len(st.pend_t) + sum(len(r.t_ns) for r in st.rows) < 8:
+        if not len(it) or len(st.pend_t) + len(st.rows) < 8:
             return
         s = np.clip(it.start_ns, lo, upto)
         e = np.clip(it.end_ns, lo, upto)
-        t_all = np.concatenate([*(r.t_ns for r in st.rows), st.pend_t])
-        y_all = np.concatenate([*(r.power_w for r in st.rows), st.pend_w])
+        rt, ry = st.rows.view()[:2]
+        t_all = np.concatenate([rt, st.pend_t])
+        y_all = np.concatenate([ry, st.pend_w])
         ct = _fsum(it.cls, (e - s).astype(np.float64), len(it.labels))
         group, n_groups = class_groups(ct, it.labels)
         busy = BusyFunction(s, e, group[it.cls], n_groups, origin_ns=lo)
@@ -367,18 +294,14 @@ class LiveEngine:
                             origin_ns=lo)
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
                                    + 3.0 * TAU_GRID_MS[-1]) * 1e6))
-        for i, r in enumerate(st.rows):
-            ok = r.t_ns - reach_ns >= lo
-            if not bool(ok.any()):
-                continue
-            new = []
-            for d, x_old in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), (r.x, r.x_lo, r.x_hi),
-                                strict=True):
-                x = _pad(x_old, n_cls).copy()
-                x[ok] = window_fractions(busy, r.t_ns[ok], st.window_ms, st.lag_ms + d,
-                                         st.tau_ms)
-                new.append(x)
-            st.rows[i] = Rows(r.t_ns, r.power_w, new[0], new[1], new[2])
+        if st.rows.n_cls < n_cls:  # grow the ring's class columns first
+            st.rows.append(np.empty(0, np.int64), np.empty(0),
+                           (np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros((0, n_cls))))
+        t, _, *xs = st.rows.view()
+        ok = t - reach_ns >= lo
+        if bool(ok.any()):
+            for d, x in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), xs, strict=True):
+                x[ok] = window_fractions(busy, t[ok], st.window_ms, st.lag_ms + d, st.tau_ms)
 
     # ------------------------------------------------------------------ reduction
 
@@ -410,9 +333,9 @@ class LiveEngine:
             share_s=_fsum(cls, share, n_cls),
             bytes=np.bincount(cls[started], weights=nbytes[started],
                               minlength=n_cls).astype(np.int64),
-            idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, _N_CAUSES),
+            idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
             idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
-                               minlength=_N_CAUSES).astype(np.int64)))
+                               minlength=N_CAUSES).astype(np.int64)))
         if st.field is None or not len(st.pend_t):
             return
         done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
@@ -426,7 +349,7 @@ class LiveEngine:
                             origin_ns=first)
         xs = [window_fractions(busy, t, st.window_ms, st.lag_ms + d, st.tau_ms)
               for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
-        st.rows.append(Rows(t, y, xs[0], xs[1], xs[2]))
+        st.rows.append(t, y, (xs[0], xs[1], xs[2]))
 
     # ------------------------------------------------------------------ output
 
@@ -437,31 +360,58 @@ class LiveEngine:
         lo = self.done_ns - self.horizon_ns
         for st in self.dev.values():
             st.slabs.expire(lo)
-            while st.rows and st.rows[0].t_ns[-1] < lo:
-                st.rows.popleft()
+            st.rows.expire(lo)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
         for d in sorted(self.dev):
             st = self.dev[d]
             n = len(st.classes)
-            rows = [r for r in st.rows]
-            if rows:
-                t = np.concatenate([r.t_ns for r in rows])
-                keep = ((t - np.int64(round((LAG_GRID_MS[1] + st.window_ms) * 1e6)) >= win[0])
-                        & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
-                xs = [np.concatenate([_pad(getattr(r, k), n) for r in rows])[keep]
-                      for k in ("x", "x_lo", "x_hi")]
-                y = np.concatenate([r.power_w for r in rows])[keep]
-            else:
-                xs = [np.zeros((0, n))] * 3
-                y = np.zeros(0)
-            sums = {k: st.slabs.total(k, _N_CAUSES if k.startswith("idle") else n)
-                    for k in _SUMS}
+            t, y, *xv = st.rows.view()
+            keep = ((t - np.int64(round((LAG_GRID_MS[1] + st.window_ms) * 1e6)) >= win[0])
+                    & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
+            xs = [_pad(x[keep], n) for x in xv]
+            y = y[keep]
+            sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)
+                    for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
             parts.append(self._device_part(st, sums, xs, y))
         return assemble(parts, win)
+
+    def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
+                    group: I32) -> CiState:
+        """Draw this tick's share of bootstrap replicates into the device's pool (the last
+        ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
+        the fits at lag ± LAG_SLACK_MS."""
+        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms, 1e-3)))
+        self._draws += 1
+        pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.boot_per_tick, block=block,
+                                 seed=self._draws)
+        for p, d in zip(pb.tolist(), dpb[:, group], strict=True):
+            st.boot.append((p, d))
+        while len(st.boot) > self.n_boot:
+            st.boot.popleft()
+        n = len(group)
+        pool = np.full((len(st.boot), n), np.nan)
+        for i, (_, d) in enumerate(st.boot):
+            pool[i, :len(d)] = d
+        lag = np.array([solve_gram(*gram(x, y), prior)[1:][group] for x in xg[1:]])
+        fin = np.isfinite(pool)
+        seen = fin.sum(axis=0)
+        lo = np.full(n, np.nan)
+        hi = np.full(n, np.nan)
+        full = seen == len(pool)
+        if bool(full.any()):
+            lo[full], hi[full] = np.percentile(pool[:, full], [5.0, 95.0], axis=0)
+        for c in np.flatnonzero(~full & (seen > 0)).tolist():  # classes newer than the pool
+            lo[c], hi[c] = np.percentile(pool[fin[:, c], c], [5.0, 95.0])
+        lo = np.fmin(lo, lag.min(axis=0))
+        hi = np.fmax(hi, lag.max(axis=0))
+        p_all = np.array([p for p, _ in st.boot])
+        return CiState(self.done_ns or 0, lo, hi,
+                       (float(np.percentile(p_all, 5.0)), float(np.percentile(p_all, 95.0))),
+                       seen >= min(self.n_boot, 20))
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
                      ) -> DevicePart:
@@ -470,19 +420,14 @@ class LiveEngine:
         group, n_groups = class_groups(time_s, labels)
         prior = st.preset.active_idle_w if st.preset is not None else None
         xg = [to_groups(x, group, n_groups) for x in xs]
+        ci: CiState | None = None
         if len(y) >= 1 and n_groups:
-            f = regress.fit(xg[0], y, prior)
-            p_idle, dp, rms = f.p_idle_w, f.dp_w, f.rms_w
-            now = self.done_ns or 0
-            if st.ci is None or now - st.ci.t_ns >= self.ci_every_ns:
-                block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms)
-                                     / max(st.period_ms, 1e-3)))
-                pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.n_boot, block=block)
-                lag_dp = np.array([regress.fit(x, y, prior).dp_w for x in xg[1:]])
-                c_lo = np.minimum(np.percentile(dpb, 5.0, axis=0), lag_dp.min(axis=0))
-                c_hi = np.maximum(np.percentile(dpb, 95.0, axis=0), lag_dp.max(axis=0))
-                st.ci = CiState(now, c_lo[group], c_hi[group],
-                                (float(np.percentile(pb, 5.0)), float(np.percentile(pb, 95.0))))
+            m, v = gram(xg[0], y)
+            sol = solve_gram(m, v, prior)
+            p_idle, dp = float(sol[0]), sol[1:]
+            sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
+            rms = float(np.sqrt(max(sse, 0.0) / len(y)))
+            ci = self._refresh_ci(st, xg, y, prior, group)
         elif len(y) >= 1:
             p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
         else:
@@ -494,7 +439,7 @@ class LiveEngine:
             tau_ms=st.tau_ms, source=st.source, labels=labels,
             class_source=tuple(st.classes.source), class_key=tuple(st.classes.key),
             group=group, n_groups=n_groups, xg=xg[0], p_idle_w=p_idle,
-            dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=st.ci, calls=sums["calls"],
+            dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=ci, calls=sums["calls"],
             time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
             idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj)

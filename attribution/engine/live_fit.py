@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.linalg import cho_factor, solve_triangular
 from scipy.optimize import nnls
 
 from attribution.engine import regress
@@ -50,10 +49,9 @@ def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
 
 def to_groups(x: F64, group: I32, n_groups: int) -> F64:
     """Sum class columns into group columns."""
-    out = np.zeros((x.shape[0], n_groups), np.float64)
-    if x.shape[1]:
-        np.add.at(out.T, group, x.T)
-    return out
+    onehot = np.zeros((len(group), n_groups), np.float64)
+    onehot[np.arange(len(group)), group] = 1.0
+    return np.asarray(x @ onehot, np.float64)
 
 
 def _nnls_gram(m: F64, v: F64) -> F64:
@@ -61,9 +59,8 @@ def _nnls_gram(m: F64, v: F64) -> F64:
     d = np.sqrt(np.maximum(np.diag(m), 1e-12))
     ms = m / d[:, None] / d[None, :]
     vs = v / d
-    c, _ = cho_factor(ms + 1e-12 * np.eye(len(v)), lower=True)
-    lower = np.tril(c)
-    rhs = solve_triangular(lower, vs, lower=True)
+    lower = np.linalg.cholesky(ms + 1e-12 * np.eye(len(v)))
+    rhs = np.linalg.solve(lower, vs)
     sol, _ = nnls(lower.T, rhs, maxiter=50 * len(v))
     return np.asarray(sol / d, np.float64)
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 
 import numpy as np
+import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.live_fit import verdicts
@@ -39,12 +40,13 @@ _precision = functools.lru_cache(maxsize=4096)(precision_of)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CiState:
-    """The last interval refresh: ΔP bounds per class (as of then) and P_idle's."""
+    """The interval state: ΔP bounds per class and P_idle's, from the replicate pool."""
 
     t_ns: int
     dp_lo_w: F64
     dp_hi_w: F64
     p_idle_w: tuple[float, float]
+    computed: npt.NDArray[np.bool_]  # classes with enough replicates in the pool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,10 +89,10 @@ def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
     hi = 2.0 * dyn_j
     computed = np.zeros(n, np.int64)
     if p.ci is not None:
-        k = min(n, len(p.ci.dp_lo_w))
-        lo[:k] = p.ci.dp_lo_w[:k] * p.time_s[:k]
-        hi[:k] = p.ci.dp_hi_w[:k] * p.time_s[:k]
-        computed[:k] = 1
+        ok = p.ci.computed
+        lo[ok] = p.ci.dp_lo_w[ok] * p.time_s[ok]
+        hi[ok] = p.ci.dp_hi_w[ok] * p.time_s[ok]
+        computed[ok] = 1
     # the interval is from the last refresh; it always covers the current estimate
     return np.column_stack([np.minimum(lo, dyn_j), np.maximum(hi, dyn_j)]), computed
 
