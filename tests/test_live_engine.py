@@ -61,7 +61,7 @@ def batch_on(trace: Trace, win: tuple[int, int]) -> Snapshot:
 def pair(request: pytest.FixtureRequest) -> tuple[Snapshot, Snapshot]:
     scenario, gpu = request.param
     trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=4).trace
-    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0))
+    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0, refit_every_s=10.0))
     assert live is not None
     return live, batch_on(trace, (live.window.start_ns, live.window.end_ns))
 
@@ -175,3 +175,26 @@ def test_trace_feed_ticks_use_the_live_engine() -> None:
     assert now - 6_000_000_000 <= last.window.start_ns < last.window.end_ns <= now
     assert last.meta["elapsed_s"] == pytest.approx((now - feed.start_ns) / 1e9)
     assert last.kernels and last.totals.energy_j > 0
+
+
+@pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "a100"), ("lag_10", "h100")])
+def test_interruptible_lag_search_is_fit_lag_response(scenario: str, gpu: str) -> None:
+    from attribution.engine.activity import BusyFunction, items_for_device
+    from attribution.engine.build import trace_window
+    from attribution.engine.live_lag import LagSearch
+    from attribution.engine.timebase import fit_lag_response, readings_for, usable
+
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=15.0, seed=5).trace
+    win = trace_window(trace)
+    assert win is not None
+    it = items_for_device(trace, 0)
+    busy = BusyFunction(it.start_ns, it.end_ns, it.cls, len(it.labels), origin_ns=win[0])
+    rd = readings_for(trace, 0)
+    idx = usable(rd.t_ns, 25.0, win[0], win[1])
+    want = fit_lag_response(busy, rd.t_ns[idx], rd.power_w[idx], 25.0, regress.quick_rss)
+    search = LagSearch(busy, rd.t_ns[idx], rd.power_w[idx], 25.0)
+    steps = 0
+    while search.step(1) is None:  # one grid point per call
+        steps += 1
+    assert search.result == want
+    assert steps + 1 == search.evaluations > 50  # spread over many ticks, not one

@@ -12,35 +12,37 @@ it is reduced ONCE to
   fractions over its window at the current lag (and at lag ± 0.5 ms for the lag term of the
   interval), and the reading itself.
 
-Slabs and rows sit in rings over the horizon; ``snapshot()`` drops the expired ones, sums the
-slabs, re-solves the (readings × groups) bounded regression (:func:`regress.fit`), refreshes
-the bootstrap intervals every ``ci_every_s`` on per-block sufficient statistics
-(:mod:`attribution.engine.live_fit`), and assembles the contract snapshot.  The lag and the
-board response (and W for an unknown board) are fitted once ``min_fit_s`` of data is in and
-refitted every ``refit_every_s`` on the last ``fit_span_s`` only; rows already reduced keep
-the lag they were reduced with.  Approximations versus the batch engine on the same horizon
+Slabs and rows sit in rings over the horizon (``live_ring``); ``snapshot()`` drops the
+expired ones, reads the running slab sums, re-solves the (readings × groups) bounded regression
+from its Gram matrix (the same solution as :func:`regress.fit`), draws ``boot_per_tick``
+block-bootstrap replicates into a rolling pool of ``n_boot`` (``live_fit``), and assembles the
+contract snapshot (``live_snapshot``).  The lag and the board response (and W for an unknown
+board) are fitted once ``min_fit_s`` of data is in, then refitted every ``refit_every_s`` on
+the last ``fit_span_s`` only, a few grid points per tick (``live_lag``); rows the record
+buffer still covers are re-reduced at the new lag, older ones keep the lag they were reduced
+with.  Approximations versus the batch engine on the same horizon
 are listed in docs/attribution.md ("Live engine").
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from attribution.engine import regress
 from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.live_fit import bootstrap_gram, class_groups, gram, solve_gram, to_groups
+from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_ring import N_CAUSES, SUMS, RowRing, Slab, SlabRing
 from attribution.engine.live_snapshot import CiState, DevicePart, assemble
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
     TAU_GRID_MS,
-    fit_lag_response,
     sensor_model,
     usable,
     window_fractions,
@@ -61,6 +63,8 @@ MIN_FIT_S = 5.0
 REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
 BOOT_PER_TICK = 5
+LAG_EVALS_PER_TICK = 6
+"""Lag-grid points a refit evaluates per tick (~100 in all; the first fit runs at once)."""
 """Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
 
 
@@ -126,6 +130,7 @@ class DeviceState:
         self.energy_t = np.empty(0, np.int64)
         self.energy_mj = np.empty(0, np.int64)
         self.boot: deque[tuple[float, F64]] = deque()
+        self.search: LagSearch | None = None
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -166,7 +171,8 @@ class LiveEngine:
                  horizon_s: float = 300.0, settle_s: float = SETTLE_S,
                  min_fit_s: float = MIN_FIT_S, refit_every_s: float = REFIT_EVERY_S,
                  fit_span_s: float = FIT_SPAN_S, n_boot: int = 100,
-                 boot_per_tick: int = BOOT_PER_TICK) -> None:
+                 boot_per_tick: int = BOOT_PER_TICK, lag_evals_per_tick: float = LAG_EVALS_PER_TICK
+                 ) -> None:
         self.gpu = gpu
         self.devices_info = list(devices or [])
         self.horizon_ns = int(horizon_s * 1e9)
@@ -175,6 +181,7 @@ class LiveEngine:
         self.refit_ns = int(refit_every_s * 1e9)
         self.fit_span_ns = int(fit_span_s * 1e9)
         self.boot_per_tick = boot_per_tick
+        self.lag_evals_per_tick = lag_evals_per_tick
         self._draws = 0
         self.n_boot = n_boot
         self.dev: dict[int, DeviceState] = {}
@@ -216,6 +223,9 @@ class LiveEngine:
         assert self.done_ns is not None
         upto = now_ns - self.settle_ns
         for st in self.dev.values():
+            if st.search is not None:
+                self._search_step(st, self.lag_evals_per_tick)
+                continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
                 or (st.fitted and now_ns - st.last_fit_ns >= self.refit_ns))
@@ -256,6 +266,8 @@ class LiveEngine:
     # ------------------------------------------------------------------ lag
 
     def _fit_lag(self, st: DeviceState, upto: int) -> None:
+        """Start a lag/response search on the last ``fit_span`` (the first one runs to the end
+        at once: nothing is reduced before it; later ones a few grid points per tick)."""
         lo = max(self.start_ns or upto, upto - self.fit_span_ns)
         sub = self._recent(lo)
         it = items_for_device(sub, st.device)
@@ -274,12 +286,23 @@ class LiveEngine:
             st.source = "measured+fitted"
         idx = usable(t_all, st.window_ms, lo, upto)
         if len(idx) < 8:
+            st.last_fit_ns = self.now_ns  # too few readings: try again a refit period later
             return
+        st.search = LagSearch(busy, t_all[idx], y_all[idx], st.window_ms)
+        if not st.fitted:
+            self._search_step(st, math.inf)
+
+    def _search_step(self, st: DeviceState, evaluations: float) -> None:
+        assert st.search is not None
+        res = st.search.step(evaluations)
+        if res is None:
+            return
+        st.search = None
         old = (st.lag_ms, st.tau_ms)
-        st.lag_ms, st.tau_ms = fit_lag_response(busy, t_all[idx], y_all[idx], st.window_ms,
-                                                regress.quick_rss)
-        if st.fitted and (st.lag_ms, st.tau_ms) != old:
-            self._rereduce_rows(st, sub, lo)
+        st.lag_ms, st.tau_ms = res
+        if st.fitted and res != old:
+            lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
+            self._rereduce_rows(st, self._recent(lo), lo)
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
