@@ -5,10 +5,10 @@ Simulates ``--horizon`` + ``--measure`` seconds of a scenario, feeds it to
 :class:`attribution.engine.live.LiveEngine` in ``--tick`` steps (records as they complete,
 readings as taken: what ``TraceFeed`` does), and times ``update`` + ``snapshot`` of every tick
 once the horizon is full (every tick also draws ``BOOT_PER_TICK`` bootstrap replicates; the
-lag refit every 30 s is reported apart).  Side by side in the same run, at ``--batch-runs`` evenly spaced
-ticks, the batch engine (``attribute``, what the feed ran every tick before) attributes the
-same horizon.  Prints tick p50/p99/max, the cost of the ticks that refitted the lag or
-refreshed the intervals, the batch median and the ratio.
+ticks that finish a lag refit are reported apart too).  Side by side in the same run, at
+``--batch-runs`` evenly spaced ticks, the batch engine (``attribute``, what the feed ran
+every tick before) attributes the same horizon.  Prints tick p50/p99/max, the batch median
+and the ratio.
 
 Run: ``python benchmarks/live_tick.py [--scenario demo --gpu h100 --horizon 300]``.
 """
