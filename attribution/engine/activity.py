@@ -150,9 +150,17 @@ class BusyFunction:
     def __call__(self, t_ns: I64) -> F64:
         t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
         out = np.zeros((len(t), self.n_groups), np.float64)
+        # np.interp starts each search from the previous key's position: sorted queries (the
+        # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's order
+        order = None if bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
+        ts = t if order is None else t[order]
         for g, (x, b) in enumerate(self._parts):
             if len(x):
-                out[:, g] = np.interp(t, x, b, left=0.0, right=float(b[-1]))
+                v = np.interp(ts, x, b, left=0.0, right=float(b[-1]))
+                if order is None:
+                    out[:, g] = v
+                else:
+                    out[order, g] = v
         return out
 
 
