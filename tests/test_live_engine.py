@@ -111,7 +111,8 @@ def test_live_snapshot_keeps_the_conventions(pair: tuple[Snapshot, Snapshot]) ->
 
 def test_state_is_bounded_by_the_horizon_not_the_run() -> None:
     trace = simulate(scenario="demo", gpu="h100", seconds=50.0, seed=2).trace
-    eng = LiveEngine(devices=trace.devices, horizon_s=8.0, fit_span_s=5.0, refit_every_s=10.0)
+    eng = LiveEngine(devices=trace.devices, horizon_s=8.0, fit_span_s=5.0, refit_every_s=10.0,
+                     lag_units_per_tick=64)
     drive(trace, eng)
     st = eng.dev[0]
     assert eng.refits >= 3  # refitted periodically, not once

@@ -63,8 +63,9 @@ MIN_FIT_S = 5.0
 REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
 BOOT_PER_TICK = 5
-LAG_EVALS_PER_TICK = 6
-"""Lag-grid points a refit evaluates per tick (~100 in all; the first fit runs at once)."""
+LAG_UNITS_PER_TICK = 16
+"""Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
+so it spreads over ~27 ticks; the first fit runs at once."""
 """Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
 
 
@@ -171,7 +172,7 @@ class LiveEngine:
                  horizon_s: float = 300.0, settle_s: float = SETTLE_S,
                  min_fit_s: float = MIN_FIT_S, refit_every_s: float = REFIT_EVERY_S,
                  fit_span_s: float = FIT_SPAN_S, n_boot: int = 100,
-                 boot_per_tick: int = BOOT_PER_TICK, lag_evals_per_tick: float = LAG_EVALS_PER_TICK
+                 boot_per_tick: int = BOOT_PER_TICK, lag_units_per_tick: float = LAG_UNITS_PER_TICK
                  ) -> None:
         self.gpu = gpu
         self.devices_info = list(devices or [])
@@ -181,7 +182,7 @@ class LiveEngine:
         self.refit_ns = int(refit_every_s * 1e9)
         self.fit_span_ns = int(fit_span_s * 1e9)
         self.boot_per_tick = boot_per_tick
-        self.lag_evals_per_tick = lag_evals_per_tick
+        self.lag_units_per_tick = lag_units_per_tick
         self._draws = 0
         self.n_boot = n_boot
         self.dev: dict[int, DeviceState] = {}
@@ -224,7 +225,7 @@ class LiveEngine:
         upto = now_ns - self.settle_ns
         for st in self.dev.values():
             if st.search is not None:
-                self._search_step(st, self.lag_evals_per_tick)
+                self._search_step(st, self.lag_units_per_tick)
                 continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
@@ -292,9 +293,9 @@ class LiveEngine:
         if not st.fitted:
             self._search_step(st, math.inf)
 
-    def _search_step(self, st: DeviceState, evaluations: float) -> None:
+    def _search_step(self, st: DeviceState, units: float) -> None:
         assert st.search is not None
-        res = st.search.step(evaluations)
+        res = st.search.step(units)
         if res is None:
             return
         st.search = None

@@ -20,6 +20,7 @@ from attribution.engine.timebase import (
     LAG_FINE_MS,
     LAG_GRID_MS,
     TAU_GRID_MS,
+    TAU_POINTS,
     ActivityFn,
     window_fractions,
 )
@@ -45,15 +46,16 @@ class LagSearch:
         return regress.quick_rss(window_fractions(self._busy, self._t, self._w, lag, tau),
                                  self._y)
 
-    def step(self, evaluations: float = math.inf) -> tuple[float, float] | None:
-        """Evaluate up to ``evaluations`` grid points (a count, not a time: the result must not
-        depend on machine load); (lag, τ) once done."""
-        left = evaluations
+    def step(self, units: float = math.inf) -> tuple[float, float] | None:
+        """Evaluate grid points worth up to ``units`` (a τ = 0 point costs 1, a τ > 0 point
+        ``TAU_POINTS``, as many activity matrices; at least one point per call; a count, not
+        a time, so the result never depends on machine load); (lag, τ) once done."""
+        left = units
         while self.result is None and left > 0:
             if len(self._done) < len(self._todo):
                 lag, tau = self._todo[len(self._done)]
                 self._done.append(self._score(lag, tau))
-                left -= 1
+                left -= TAU_POINTS if tau > 0 else 1
             else:
                 self._advance()
         if self.result is None and len(self._done) == len(self._todo) and self._stage == 2:
