@@ -84,6 +84,11 @@ def test_live_matches_batch_on_the_same_horizon(pair: tuple[Snapshot, Snapshot])
         assert abs(r.calls - b.calls) <= max(2, 0.001 * b.calls)
         if b.dynamic_energy_j >= 0.05 * dyn_total:
             assert r.dynamic_energy_j == pytest.approx(b.dynamic_energy_j, rel=0.05)
+    # ProfilerStep statistics: the fitted model integrated over the same steps
+    assert batch.steps is not None and live.steps is not None
+    assert abs(live.steps.count - batch.steps.count) <= 1
+    assert live.steps.latency_ms.p50 == pytest.approx(batch.steps.latency_ms.p50, rel=0.02)
+    assert live.steps.energy_j.mean == pytest.approx(batch.steps.energy_j.mean, rel=0.02)
     idle_total = sum(r.time_s for r in batch.idle)
     for a, b in zip(live.idle, batch.idle, strict=True):
         assert a.cause == b.cause

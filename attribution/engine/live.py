@@ -49,7 +49,7 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
-from attribution.model import F64, I32, I64, DeviceInfo, PowerField, Trace
+from attribution.model import F64, I32, I64, DeviceInfo, MarkerKind, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 
@@ -132,6 +132,7 @@ class DeviceState:
         self.energy_mj = np.empty(0, np.int64)
         self.boot: deque[tuple[float, F64]] = deque()
         self.search: LagSearch | None = None
+        self.steps: deque[tuple[I64, I64, F64]] = deque()  # (start, end, busy s per class)
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -212,7 +213,7 @@ class LiveEngine:
         for st in self.dev.values():
             st.add_readings(delta)
         items = Trace(strings=delta.strings, kernels=delta.kernels, copies=delta.copies,
-                      memsets=delta.memsets, apis=delta.apis)
+                      memsets=delta.memsets, apis=delta.apis, markers=delta.markers)
         self.chunks.append((now_ns, items))
         if self.start_ns is None:
             starts = [int(b.start_ns.min()) for b in (delta.kernels, delta.copies,
@@ -249,7 +250,7 @@ class LiveEngine:
         """The chunks whose records may end at or after ``since_ns``, as one trace."""
         parts = [tr for end, tr in self.chunks if end >= since_ns]
         out = Trace(strings=parts[-1].strings) if parts else Trace()
-        for f in ("kernels", "copies", "memsets", "apis"):
+        for f in ("kernels", "copies", "memsets", "apis", "markers"):
             setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
         return out
 
@@ -308,6 +309,25 @@ class LiveEngine:
         st.last_fit_ns = self.now_ns
         self.refits += 1
 
+    def _reduce_steps(self, st: DeviceState, sub: Trace, a: int, b: int) -> None:
+        """ProfilerStep markers that ended in [a, b): their per-class busy time (the step's
+        energy is ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine)."""
+        mk = sub.markers
+        m = ((mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
+             & (mk.end_ns >= a) & (mk.end_ns < b) & (mk.start_ns >= (self.start_ns or a)))
+        if not bool(m.any()):
+            return
+        s0, e0 = mk.start_ns[m], mk.end_ns[m]
+        order = np.argsort(s0, kind="stable")
+        s0, e0 = s0[order], e0[order]
+        steps_sub = self._recent(int(s0.min()))
+        it = items_for_device(steps_sub, st.device)
+        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
+                            len(st.classes), origin_ns=int(s0.min()))
+        bb = busy(np.concatenate([s0, e0]))
+        st.steps.append((s0, e0, bb[len(s0):] - bb[:len(s0)]))
+
     def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
         (older rows keep the lag they were reduced with)."""
@@ -360,6 +380,7 @@ class LiveEngine:
             idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
             idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
                                minlength=N_CAUSES).astype(np.int64)))
+        self._reduce_steps(st, sub, a, b)
         if st.field is None or not len(st.pend_t):
             return
         done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
@@ -385,6 +406,8 @@ class LiveEngine:
         for st in self.dev.values():
             st.slabs.expire(lo)
             st.rows.expire(lo)
+            while st.steps and st.steps[0][0][-1] < lo:
+                st.steps.popleft()
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -466,4 +489,10 @@ class LiveEngine:
             dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=ci, calls=sums["calls"],
             time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
             idle_n=sums["idle_n"], n_readings=len(y),
-            energy_t_ns=st.energy_t, energy_mj=st.energy_mj)
+            energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
+            step_start_ns=np.concatenate([x[0] for x in st.steps]) if st.steps else
+            np.empty(0, np.int64),
+            step_end_ns=np.concatenate([x[1] for x in st.steps]) if st.steps else
+            np.empty(0, np.int64),
+            step_busy_s=np.concatenate([_pad(x[2], len(labels)) for x in st.steps]) if st.steps
+            else np.zeros((0, len(labels))))

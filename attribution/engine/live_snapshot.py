@@ -3,8 +3,9 @@
 Owns the conventions of CONTRACT.md for the live engine, the same as ``engine/rows.py`` for
 the batch one: dynamic energy ``ΔP_c × time_c``; full energy adds ``P_idle × share_c`` (the
 class's time share of busy wall time); idle energy ``P_idle × idle time`` by cause; so
-kernels + copies + idle = total by construction.  Steps are not computed live (``steps`` is
-None); inefficiencies and the energy-counter closure reuse the batch helpers.
+kernels + copies + idle = total by construction.  Steps integrate the fitted model over each
+settled ProfilerStep (as ``rows._steps`` does); inefficiencies and the energy-counter closure
+reuse the batch helpers.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from attribution.snapshot import (
     GpuInfo,
     IdleRow,
     KernelRow,
+    Quantiles,
     SensorInfo,
     Snapshot,
+    Steps,
     Totals,
     Window,
     rows_by_energy,
@@ -81,6 +84,9 @@ class DevicePart:
     n_readings: int
     energy_t_ns: I64
     energy_mj: I64
+    step_start_ns: I64
+    step_end_ns: I64
+    step_busy_s: F64  # (steps, classes)
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -134,6 +140,32 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
                     energy_j=p.p_idle_w * float(p.idle_s[i]), count=int(p.idle_n[i]))
             for i, cause in enumerate(IDLE_CAUSES)]
     return kernels, copies, idle, [[p.labels[c] for c in comp] for comp in v.clusters]
+
+
+def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
+    """ProfilerStep statistics: the fitted model integrated over each settled step in the
+    window (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
+    if not parts or not len(parts[0].step_start_ns):
+        return None
+    keep = parts[0].step_start_ns >= win[0]
+    if not bool(keep.any()):
+        return None
+    dur_s = (parts[0].step_end_ns - parts[0].step_start_ns)[keep].astype(np.float64) * 1e-9
+    energy = np.zeros(int(keep.sum()))
+    for p in parts:
+        if len(p.step_start_ns) != len(keep):
+            continue
+        dp_c = p.dp_w[p.group] if len(p.labels) else np.zeros(0)
+        energy += p.p_idle_w * dur_s + p.step_busy_s[keep] @ dp_c
+    lat_ms = dur_s * 1e3
+
+    def q(v: F64) -> Quantiles:
+        pc = np.percentile(v, [50, 95, 99])
+        return Quantiles(float(np.mean(v)), float(pc[0]), float(pc[1]), float(pc[2]))
+
+    return Steps(count=len(energy), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
+                 step_energy_j=tuple(float(x) for x in energy),
+                 step_latency_ms=tuple(float(x) for x in lat_ms))
 
 
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
@@ -193,5 +225,6 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     return Snapshot(
         gpus=tuple(gpus), window=Window(win[0], win[1]), totals=totals,
         kernels=tuple(rows_by_energy(kernels)), copies=tuple(rows_by_energy(copies)),
-        idle=tuple(idle), steps=None, inefficiencies=_inefficiencies(idle, copies, total),
+        idle=tuple(idle), steps=_steps(parts, win),
+        inefficiencies=_inefficiencies(idle, copies, total),
         warnings=tuple(warnings), meta=meta, extra=extra)
