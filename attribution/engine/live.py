@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,15 @@ from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.live_fit import bootstrap_gram, class_groups, gram, solve_gram, to_groups
 from attribution.engine.live_lag import LagSearch
-from attribution.engine.live_ring import N_CAUSES, SUMS, RowRing, Slab, SlabRing
+from attribution.engine.live_ring import (
+    N_CAUSES,
+    SUMS,
+    Classes,
+    RowRing,
+    Slab,
+    SlabRing,
+    StepRing,
+)
 from attribution.engine.live_snapshot import CiState, DevicePart, assemble
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
@@ -49,7 +58,7 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
-from attribution.model import F64, I32, I64, DeviceInfo, MarkerKind, PowerField, Trace
+from attribution.model import F64, I32, DeviceInfo, MarkerKind, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 
@@ -67,33 +76,6 @@ LAG_UNITS_PER_TICK = 16
 """Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
 so it spreads over ~27 ticks; the first fit runs at once."""
 """Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
-
-
-class Classes:
-    """The engine's class table across updates (labels in first-seen order)."""
-
-    def __init__(self) -> None:
-        self.labels: list[str] = []
-        self.source: list[int] = []
-        self.key: list[tuple[str, str]] = []
-        self._index: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def lut(self, labels: tuple[str, ...], sources: tuple[int, ...],
-            keys: tuple[tuple[str, str], ...]) -> I64:
-        out = np.empty(len(labels), np.int64)
-        for i, (lab, src, key) in enumerate(zip(labels, sources, keys, strict=True)):
-            j = self._index.get(lab)
-            if j is None:
-                j = len(self.labels)
-                self._index[lab] = j
-                self.labels.append(lab)
-                self.source.append(src)
-                self.key.append(key)
-            out[i] = j
-        return out
 
 
 def _pad(a: F64, n: int) -> F64:
@@ -132,7 +114,7 @@ class DeviceState:
         self.energy_mj = np.empty(0, np.int64)
         self.boot: deque[tuple[float, F64]] = deque()
         self.search: LagSearch | None = None
-        self.steps: deque[tuple[I64, I64, F64]] = deque()  # (start, end, busy s per class)
+        self.steps = StepRing()
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -309,9 +291,12 @@ class LiveEngine:
         st.last_fit_ns = self.now_ns
         self.refits += 1
 
-    def _reduce_steps(self, st: DeviceState, sub: Trace, a: int, b: int) -> None:
+    def _reduce_steps(self, st: DeviceState, sub: Trace, span: tuple[int, int], *,
+                      busy_all: Callable[[], BusyFunction], covered_from: int) -> None:
         """ProfilerStep markers that ended in [a, b): their per-class busy time (the step's
-        energy is ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine)."""
+        energy is ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine).
+        ``busy_all`` covers records ending after ``covered_from``; longer steps rebuild one."""
+        a, b = span
         mk = sub.markers
         m = ((mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
              & (mk.end_ns >= a) & (mk.end_ns < b) & (mk.start_ns >= (self.start_ns or a)))
@@ -320,13 +305,15 @@ class LiveEngine:
         s0, e0 = mk.start_ns[m], mk.end_ns[m]
         order = np.argsort(s0, kind="stable")
         s0, e0 = s0[order], e0[order]
-        steps_sub = self._recent(int(s0.min()))
-        it = items_for_device(steps_sub, st.device)
-        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
-        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
-                            len(st.classes), origin_ns=int(s0.min()))
+        if int(s0[0]) >= covered_from:
+            busy = busy_all()
+        else:
+            it = items_for_device(self._recent(int(s0[0])), st.device)
+            gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+            busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
+                                len(st.classes), origin_ns=int(s0[0]))
         bb = busy(np.concatenate([s0, e0]))
-        st.steps.append((s0, e0, bb[len(s0):] - bb[:len(s0)]))
+        st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9, bb[len(s0):] - bb[:len(s0)])
 
     def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
@@ -380,7 +367,15 @@ class LiveEngine:
             idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
             idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
                                minlength=N_CAUSES).astype(np.int64)))
-        self._reduce_steps(st, sub, a, b)
+        shared: list[BusyFunction] = []
+
+        def busy_all() -> BusyFunction:  # the buffer's busy function, built once if needed
+            if not shared:
+                shared.append(BusyFunction(it.start_ns, it.end_ns, cls.astype(np.int32), n_cls,
+                                           origin_ns=self.start_ns or a))
+            return shared[0]
+
+        self._reduce_steps(st, sub, (a, b), busy_all=busy_all, covered_from=a - self._margin_ns())
         if st.field is None or not len(st.pend_t):
             return
         done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
@@ -390,8 +385,7 @@ class LiveEngine:
         st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
         if not len(t):
             return
-        busy = BusyFunction(it.start_ns, it.end_ns, cls.astype(np.int32), n_cls,
-                            origin_ns=first)
+        busy = busy_all()
         xs = [window_fractions(busy, t, st.window_ms, st.lag_ms + d, st.tau_ms)
               for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))
@@ -406,8 +400,7 @@ class LiveEngine:
         for st in self.dev.values():
             st.slabs.expire(lo)
             st.rows.expire(lo)
-            while st.steps and st.steps[0][0][-1] < lo:
-                st.steps.popleft()
+            st.steps.expire(lo)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -490,9 +483,5 @@ class LiveEngine:
             time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
             idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
-            step_start_ns=np.concatenate([x[0] for x in st.steps]) if st.steps else
-            np.empty(0, np.int64),
-            step_end_ns=np.concatenate([x[1] for x in st.steps]) if st.steps else
-            np.empty(0, np.int64),
-            step_busy_s=np.concatenate([_pad(x[2], len(labels)) for x in st.steps]) if st.steps
-            else np.zeros((0, len(labels))))
+            step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
+            step_busy_s=_pad(st.steps.view()[2], len(labels)))

@@ -1,9 +1,10 @@
-"""The live engine's rings over the horizon: slabs with running sums, and reading rows.
+"""The live engine's state over the horizon: classes, slabs, reading rows and steps.
 
-Owns the storage of :mod:`attribution.engine.live`: ``SlabRing`` (per-class and per-cause sums
-of settled time, kept as running totals so a tick never re-sums the horizon) and ``RowRing``
-(the per-reading activity rows in one growable buffer with a moving head, so a tick appends
-the new rows and drops the expired ones without re-concatenating the horizon).
+Owns the storage of :mod:`attribution.engine.live`: ``Classes`` (the class table across
+updates), ``SlabRing`` (per-class and per-cause sums of settled time, kept as running totals
+so a tick never re-sums the horizon), ``RowRing`` (the per-reading activity rows in one
+growable buffer with a moving head, so a tick appends the new rows and drops the expired ones
+without re-concatenating the horizon) and ``StepRing`` (settled ProfilerSteps).
 """
 
 from __future__ import annotations
@@ -17,6 +18,33 @@ from attribution.model import F64, I64
 from attribution.snapshot import IDLE_CAUSES
 
 N_CAUSES = len(IDLE_CAUSES)
+
+
+class Classes:
+    """The engine's class table across updates (labels in first-seen order)."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.source: list[int] = []
+        self.key: list[tuple[str, str]] = []
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def lut(self, labels: tuple[str, ...], sources: tuple[int, ...],
+            keys: tuple[tuple[str, str], ...]) -> I64:
+        out = np.empty(len(labels), np.int64)
+        for i, (lab, src, key) in enumerate(zip(labels, sources, keys, strict=True)):
+            j = self._index.get(lab)
+            if j is None:
+                j = len(self.labels)
+                self._index[lab] = j
+                self.labels.append(lab)
+                self.source.append(src)
+                self.key.append(key)
+            out[i] = j
+        return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,3 +167,26 @@ class RowRing:
         sl = slice(self._head, self._end)
         x, xl, xh = (b[sl, :self.n_cls] for b in self._x)
         return self._t[sl], self._y[sl], x, xl, xh
+
+
+class StepRing:
+    """Settled ProfilerSteps ``(start, duration, busy per class)`` over the horizon (a
+    :class:`RowRing` with the duration in the reading column)."""
+
+    def __init__(self) -> None:
+        self._ring = RowRing()
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def append(self, start_ns: I64, dur_s: F64, busy_s: F64) -> None:
+        none = np.zeros((len(start_ns), 0))
+        self._ring.append(start_ns, dur_s, (busy_s, none, none))
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the steps that started before ``before_ns``."""
+        self._ring.expire(before_ns)
+
+    def view(self) -> tuple[I64, F64, F64]:
+        t, d, x, _, _ = self._ring.view()
+        return t, d, x

@@ -85,7 +85,7 @@ class DevicePart:
     energy_t_ns: I64
     energy_mj: I64
     step_start_ns: I64
-    step_end_ns: I64
+    step_dur_s: F64
     step_busy_s: F64  # (steps, classes)
 
 
@@ -150,7 +150,7 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     keep = parts[0].step_start_ns >= win[0]
     if not bool(keep.any()):
         return None
-    dur_s = (parts[0].step_end_ns - parts[0].step_start_ns)[keep].astype(np.float64) * 1e-9
+    dur_s = parts[0].step_dur_s[keep]
     energy = np.zeros(int(keep.sum()))
     for p in parts:
         if len(p.step_start_ns) != len(keep):
