@@ -164,8 +164,8 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
         return Quantiles(float(np.mean(v)), float(pc[0]), float(pc[1]), float(pc[2]))
 
     return Steps(count=len(energy), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
-                 step_energy_j=tuple(float(x) for x in energy),
-                 step_latency_ms=tuple(float(x) for x in lat_ms))
+                 step_energy_j=tuple(energy.tolist()),
+                 step_latency_ms=tuple(lat_ms.tolist()))
 
 
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
