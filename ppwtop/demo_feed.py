@@ -53,7 +53,10 @@ def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
 class TraceFeed:
     """A :class:`~ppwtop.tui.feed.SnapshotFeed` replaying a Trace in wall-clock time.
 
-    ``gpu`` None lets the engine pick the preset from the recorded device name.
+    ``gpu`` None lets the engine pick the preset from the recorded device name.  Ticks feed
+    ``delta(after_ns, end_ns)`` (what completed since the last tick) to the live engine; a
+    subclass whose trace grows while it runs overrides ``delta`` (the base class slices the
+    batches sorted at construction).
     """
 
     def __init__(self, trace: Trace, *, label: str, gpu: str | None = None,
