@@ -204,3 +204,16 @@ def test_interruptible_lag_search_is_fit_lag_response(scenario: str, gpu: str) -
         steps += 1
     assert search.result == want
     assert steps + 1 == search.evaluations > 50  # spread over many ticks, not one
+
+
+def test_no_power_gives_times_and_a_warning() -> None:
+    from attribution.model import EnergyBatch, PowerBatch
+
+    trace = simulate(scenario="demo", gpu="h100", seconds=12.0, seed=1).trace
+    trace.power, trace.energy = PowerBatch.empty(), EnergyBatch.empty()
+    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=5.0))
+    assert live is not None and live.kernels
+    assert live.totals.energy_j == 0.0 and live.gpus[0].sensor.field == "none"
+    assert any("no power readings" in w for w in live.warnings)
+    assert sum(k.time_s for k in live.kernels) > 0.5
+    assert all(not k.resolvable for k in live.kernels)

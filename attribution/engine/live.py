@@ -17,10 +17,10 @@ expired ones, reads the running slab sums, re-solves the (readings × groups) bo
 from its Gram matrix (the same solution as :func:`regress.fit`), draws ``boot_per_tick``
 block-bootstrap replicates into a rolling pool of ``n_boot`` (``live_fit``), and assembles the
 contract snapshot (``live_snapshot``).  The lag and the board response (and W for an unknown
-board) are fitted once ``min_fit_s`` of data is in, then refitted every ``refit_every_s`` on
-the last ``fit_span_s`` only, a few grid points per tick (``live_lag``); rows the record
-buffer still covers are re-reduced at the new lag, older ones keep the lag they were reduced
-with.  Approximations versus the batch engine on the same horizon
+board) are fitted once ``min_fit_s`` of data is in, then refitted at doubling intervals up to
+every ``refit_every_s`` on the last ``fit_span_s`` only, a few grid points per tick
+(``live_lag``); rows the record buffer still covers are re-reduced at the new lag, older ones
+keep the lag they were reduced with.  Approximations versus the batch engine on the same horizon
 are listed in docs/attribution.md ("Live engine").
 """
 
@@ -212,7 +212,8 @@ class LiveEngine:
                 continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
-                or (st.fitted and now_ns - st.last_fit_ns >= self.refit_ns))
+                or (st.fitted and now_ns - st.last_fit_ns
+                    >= min(self.refit_ns, max(st.last_fit_ns - self.start_ns, self.min_fit_ns))))
             if due:
                 self._fit_lag(st, upto)
         ready = all(st.fitted or st.field is None for st in self.dev.values())
@@ -408,7 +409,8 @@ class LiveEngine:
             st = self.dev[d]
             n = len(st.classes)
             t, y, *xv = st.rows.view()
-            keep = ((t - np.int64(round((LAG_GRID_MS[1] + st.window_ms) * 1e6)) >= win[0])
+            reach_ms = LAG_GRID_MS[1] + (0.0 if np.isnan(st.window_ms) else st.window_ms)
+            keep = ((t - np.int64(round(reach_ms * 1e6)) >= win[0])
                     & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
