@@ -3,11 +3,15 @@
 ``DemoFeed`` simulates a whole run once (``attribution.sim.simulate``), then on each call
 hands the records "seen so far" to the engine: records that completed inside the sliding
 horizon ``[now - horizon_s, now]`` of simulated time (CUPTI delivers records when they
-complete), power/energy/clock readings taken in it.  Slicing is ``searchsorted`` on batches
-sorted once up front, so a tick costs one attribution of at most ``horizon_s`` of data;
-attributions are spaced at least ``refresh_s`` of wall time apart and at least three times
-their own cost (so the engine never takes more than a third of a core from the UI), while the
-power trace (cheap) follows the replay clock at every call.
+complete), power/energy/clock readings taken in it.  Each tick feeds only what completed since
+the previous tick to the live incremental engine (``attribution.engine.live``), whose cost per
+tick does not grow with the run or the horizon's record count; until it has settled enough
+data to fit the sensor lag (its first ~5 s), ticks fall back to one batch attribution of the
+horizon.  ``snapshot_at`` (explicit ends: ``--headless``, ``serve``, replay exports) is always
+the batch engine.  Slicing is ``searchsorted`` on batches sorted once up front; attributions
+are spaced at least ``refresh_s`` of wall time apart and at least three times their own cost
+(so the engine never takes more than a third of a core from the UI), while the power trace
+(cheap) follows the replay clock at every call.
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ HEAD_START_S = 2.0  # the replay starts this far into the run so the first tick 
 DUTY_FACTOR = 3.0  # wall time between attributions >= 3 x the last attribution's cost
 
 
+def _live_engine(**kw: Any) -> Any:
+    from attribution.engine.live import LiveEngine
+
+    return LiveEngine(**kw)
+
+
 def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
     try:
         from attribution.engine import attribute
@@ -43,7 +53,10 @@ def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
 class TraceFeed:
     """A :class:`~ppwtop.tui.feed.SnapshotFeed` replaying a Trace in wall-clock time.
 
-    ``gpu`` None lets the engine pick the preset from the recorded device name.
+    ``gpu`` None lets the engine pick the preset from the recorded device name.  Ticks feed
+    ``delta(after_ns, end_ns)`` (what completed since the last tick) to the live engine; a
+    subclass whose trace grows while it runs overrides ``delta`` (the base class slices the
+    batches sorted at construction).
     """
 
     def __init__(self, trace: Trace, *, label: str, gpu: str | None = None,
@@ -80,6 +93,17 @@ class TraceFeed:
         self.last_cost_s = 0.0
         self._last_sim_ns = -1
         self.attributions = 0
+        # records in completion order for the live engine's deltas (an index, not a copy)
+        self._end_order: dict[str, tuple[Any, Any]] = {}
+        for name in _ITEM_BATCHES:
+            b = self._sorted[name]
+            end: Any = getattr(b, "end_ns")  # noqa: B009
+            order = np.argsort(end, kind="stable")
+            self._end_order[name] = (end[order], order)
+        self._live = _live_engine(gpu=gpu, devices=list(tr.devices), horizon_s=horizon_s,
+                                  n_boot=n_boot)
+        self._fed_ns = self.start_ns - 1
+        self.live_ticks = 0
 
     # ------------------------------------------------------------------ clock
 
@@ -118,6 +142,37 @@ class TraceFeed:
             return None
         self.attributions += 1
         snap: Snapshot = self._attribute(tr, gpu=self.gpu, n_boot=n_boot or self.n_boot)
+        return self._with_meta(snap, end_ns)
+
+    def delta(self, after_ns: int, end_ns: int) -> Trace:
+        """Records that completed, and readings taken, in ``(after_ns, end_ns]``."""
+        parts: dict[str, Any] = {}
+        for name in _ITEM_BATCHES:
+            end, order = self._end_order[name]
+            i0, i1 = np.searchsorted(end, [after_ns, end_ns], side="right")
+            parts[name] = self._sorted[name].take(order[int(i0):int(i1)])
+        for name in _SAMPLE_BATCHES:
+            b = self._sorted[name]
+            t_ns: Any = getattr(b, "t_ns")  # noqa: B009
+            i0, i1 = np.searchsorted(t_ns, [after_ns, end_ns], side="right")
+            parts[name] = b.take(slice(int(i0), int(i1)))
+        return Trace(strings=self.trace.strings, devices=list(self.trace.devices),
+                     meta=dict(self.trace.meta), **parts)
+
+    def live_snapshot_at(self, end_ns: int) -> Snapshot | None:
+        """Feed what completed since the last call to the live engine and take its snapshot
+        of the horizon; the batch engine while the live one is still settling."""
+        if end_ns > self._fed_ns:
+            self._live.update(self.delta(self._fed_ns, end_ns), end_ns)
+            self._fed_ns = end_ns
+        snap: Snapshot | None = self._live.snapshot()
+        if snap is None:
+            return self.snapshot_at(end_ns)
+        self.attributions += 1
+        self.live_ticks += 1
+        return self._with_meta(snap, end_ns)
+
+    def _with_meta(self, snap: Snapshot, end_ns: int) -> Snapshot:
         so_far = self.energy_so_far_j(end_ns)
         meta = dict(snap.meta)
         meta["elapsed_s"] = (end_ns - self.start_ns) / 1e9
@@ -149,7 +204,7 @@ class TraceFeed:
             return None
         self._last_sim_ns = t
         t0 = time.perf_counter()
-        snap = self.snapshot_at(t)
+        snap = self.live_snapshot_at(t)
         self.last_cost_s = time.perf_counter() - t0
         # the engine gets at most a third of a core: a slow tick spaces out the next ones
         self._next_due = now_wall + max(self.refresh_s, DUTY_FACTOR * self.last_cost_s)

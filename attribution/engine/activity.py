@@ -125,8 +125,14 @@ def _name(trace: Trace, name_id: int) -> str:
 
 
 class BusyFunction:
-    """``B_g(t)`` in seconds for every group g: sorted starts/ends and prefix sums are built
-    once, so each call is two ``searchsorted`` per group."""
+    """``B_g(t)`` in seconds for every group g.
+
+    ``B_g`` is piecewise linear with knots at the group's starts and ends (slope = number of
+    instances running).  The knots and ``B_g`` at each knot are built once (one sort per
+    group, a cumulative sum of ``count × gap`` that adds only small positive terms), so each
+    call is one ``np.interp`` per group: one binary search per query instead of two, exact up
+    to float rounding.
+    """
 
     def __init__(self, start_ns: I64, end_ns: I64, group: I32, n_groups: int, *,
                  origin_ns: int) -> None:
@@ -136,23 +142,43 @@ class BusyFunction:
         e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
         order = np.argsort(group, kind="stable")
         bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
-        self._parts: list[tuple[F64, F64, F64, F64]] = []
+        self._parts: list[tuple[F64, F64]] = []
         for g in range(n_groups):
             sel = order[bounds[g]:bounds[g + 1]]
-            s = np.sort(s_all[sel])
-            e = np.sort(e_all[sel])
-            self._parts.append((s, e, np.r_[0.0, np.cumsum(s)], np.r_[0.0, np.cumsum(e)]))
+            self._parts.append(_knots(s_all[sel], e_all[sel]))
 
     def __call__(self, t_ns: I64) -> F64:
         t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
         out = np.zeros((len(t), self.n_groups), np.float64)
-        for g, (s, e, cs, ce) in enumerate(self._parts):
-            if len(s) == 0:
-                continue
-            ns = np.searchsorted(s, t, side="right")
-            ne = np.searchsorted(e, t, side="right")
-            out[:, g] = (t * ns - cs[ns]) - (t * ne - ce[ne])
+        # np.interp starts each search from the previous key's position: sorted queries (the
+        # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's order
+        order = None if bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
+        ts = t if order is None else t[order]
+        for g, (x, b) in enumerate(self._parts):
+            if len(x):
+                v = np.interp(ts, x, b, left=0.0, right=float(b[-1]))
+                if order is None:
+                    out[:, g] = v
+                else:
+                    out[order, g] = v
         return out
+
+
+def _knots(s: F64, e: F64) -> tuple[F64, F64]:
+    """Distinct knot times of ``B(t) = Σ_i |[s_i, e_i] ∩ (-∞, t]|`` and B at each knot."""
+    n = len(s)
+    if n == 0:
+        return np.empty(0, np.float64), np.empty(0, np.float64)
+    t = np.concatenate([s, e])
+    step = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    running = np.cumsum(step[order])
+    b = np.empty(len(ts), np.float64)
+    b[0] = 0.0
+    np.cumsum(running[:-1] * np.diff(ts), out=b[1:])
+    last = np.r_[np.diff(ts) > 0, True]  # equal times: keep one knot (B is continuous)
+    return ts[last], b[last]
 
 
 def busy_at(start_ns: I64, end_ns: I64, group: I32, n_groups: int, t_ns: I64, *,

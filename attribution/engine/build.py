@@ -421,6 +421,14 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     )
 
 
+def _idle_power_w(results: tuple[DeviceResult, ...], device: I64 | np.ndarray) -> F64:
+    """Each idle gap's ``P_idle`` (its device's; 0 for a device without a result)."""
+    p = np.zeros(len(device), np.float64)
+    for r in results:
+        p[device == r.device] = r.p_idle_w
+    return p
+
+
 def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BOOT
                      ) -> Arrays:
     """Per-record energies (kernels, copies, memsets aligned with the trace's rows) and idle
@@ -438,9 +446,7 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
     idle = idle_intervals(trace, win[0], win[1], devs)
-    p_idle_by_dev = {r.device: r.p_idle_w for r in results}
-    idle_e = np.array([p_idle_by_dev.get(int(d), 0.0) for d in idle.device.tolist()],
-                      dtype=np.float64) * idle.duration_ns.astype(np.float64) * 1e-9
+    idle_e = _idle_power_w(results, idle.device) * idle.duration_ns.astype(np.float64) * 1e-9
     out: dict[int, tuple[F64, F64]] = {}
     for src, batch in ((0, trace.kernels), (1, trace.copies), (2, trace.memsets)):
         dyn = np.zeros(len(batch))

@@ -1,0 +1,182 @@
+"""The live engine's small solves: class → group pooling, the bootstrap on per-block sufficient
+statistics, and the ``resolvable`` verdict per class.
+
+Owns the numerics that :mod:`attribution.engine.live` runs on its ring of per-reading rows.
+The point fit is :func:`attribution.engine.regress.fit` itself (same priors, same NNLS); the
+bootstrap is the batch engine's block bootstrap re-expressed on sufficient statistics: the
+readings are cut into non-overlapping blocks, each block keeps its Gram matrix ``AᵀA`` and
+``Aᵀy`` (``A = [1, x]``), and a replicate is a multinomial draw of blocks, i.e. one matrix
+product for all replicates and then one (groups+1)-sized NNLS each (through a Cholesky
+factor, which has the same minimiser as the tall system).  Cost: independent of how many
+readings the horizon holds once the block statistics are summed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.optimize import nnls
+
+from attribution.engine import regress
+from attribution.engine.build import (
+    COLLINEAR,
+    GAIN_SIGMA,
+    LONG_WINDOW_MS,
+    MAX_GROUPS,
+    MAX_REL_HALF_WIDTH,
+    MIN_EXPOSURE,
+    _clusters,
+    _with_gain,
+)
+from attribution.model import F64, I32, I64
+from attribution.presets import GpuPreset
+
+__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "solve_gram",
+           "verdicts"]
+
+
+def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
+    """Busiest ``MAX_GROUPS`` classes get their own group, the rest share the last one (the
+    batch engine's rule, on the horizon's class times)."""
+    n = len(class_time_s)
+    order = sorted(range(n), key=lambda c: (-float(class_time_s[c]), labels[c]))
+    group = np.zeros(n, np.int32)
+    for rank, c in enumerate(order):
+        group[c] = min(rank, MAX_GROUPS)
+    return group, (MAX_GROUPS + 1 if n > MAX_GROUPS else n)
+
+
+def to_groups(x: F64, group: I32, n_groups: int) -> F64:
+    """Sum class columns into group columns."""
+    onehot = np.zeros((len(group), n_groups), np.float64)
+    onehot[np.arange(len(group)), group] = 1.0
+    return np.asarray(x @ onehot, np.float64)
+
+
+def _nnls_gram(m: F64, v: F64) -> F64:
+    """argmin ‖Ax − b‖², x ≥ 0, given only ``m = AᵀA`` and ``v = Aᵀb`` (m positive definite)."""
+    d = np.sqrt(np.maximum(np.diag(m), 1e-12))
+    ms = m / d[:, None] / d[None, :]
+    vs = v / d
+    lower = np.linalg.cholesky(ms + 1e-12 * np.eye(len(v)))
+    rhs = np.linalg.solve(lower, vs)
+    sol, _ = nnls(lower.T, rhs, maxiter=50 * len(v))
+    return np.asarray(sol / d, np.float64)
+
+
+def _pooled_from_gram(m: F64, v: F64) -> float:
+    """``regress.pooled_fit``'s slope (clamped ≥ 0) from the Gram statistics of ``[1, x]``."""
+    n = m[0, 0]
+    s1 = float(m[0, 1:].sum())
+    s2 = float(m[1:, 1:].sum())
+    sy = float(v[1:].sum())
+    den = n * s2 - s1 * s1
+    if n < 2 or den <= 1e-12 * max(n * s2, 1e-300):
+        return 0.0
+    return float(max((n * sy - s1 * float(v[0])) / den, 0.0))
+
+
+def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
+                   seed: int = 0) -> tuple[F64, F64]:
+    """Block-bootstrap replicates of (P_idle, ΔP) as :func:`regress.bootstrap` draws them,
+    with non-overlapping blocks and the fit done on summed block statistics."""
+    k, g = x.shape
+    p = np.zeros(n_boot)
+    dp = np.zeros((n_boot, g))
+    if k == 0 or n_boot == 0:
+        return p, dp
+    block = max(1, min(block, k))
+    nb = -(-k // block)
+    a = np.zeros((nb * block, g + 1))
+    a[:k, 0] = 1.0
+    a[:k, 1:] = x
+    yy = np.zeros(nb * block)
+    yy[:k] = y
+    a3 = a.reshape(nb, block, g + 1)
+    gram = np.einsum("bij,bik->bjk", a3, a3).reshape(nb, -1)
+    aty = np.einsum("bij,bi->bj", a3, yy.reshape(nb, block))
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
+    m_all = (counts @ gram).reshape(n_boot, g + 1, g + 1)
+    v_all = counts @ aty
+    for b in range(n_boot):
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w)
+        p[b] = sol[0]
+        dp[b] = sol[1:]
+    return p, dp
+
+
+def gram(x: F64, y: F64) -> tuple[F64, F64]:
+    """``AᵀA`` and ``Aᵀy`` of ``A = [1, x]``."""
+    a = np.column_stack([np.ones(len(y)), x])
+    return np.asarray(a.T @ a, np.float64), np.asarray(a.T @ y, np.float64)
+
+
+def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None) -> F64:
+    """:func:`regress.fit` (pooled ΔP prior, P_idle prior, NNLS) from ``gram(x, y)`` alone:
+    ``[P_idle, ΔP_1, …]``."""
+    g = len(v) - 1
+    m = m.copy()
+    v = v.copy()
+    pooled = _pooled_from_gram(m, v)
+    m[1:, 1:] += regress.PRIOR_READINGS * np.eye(g)
+    v[1:] += regress.PRIOR_READINGS * pooled
+    if p_idle_prior_w is not None:
+        m[0, 0] += regress.IDLE_PRIOR_READINGS
+        v[0] += regress.IDLE_PRIOR_READINGS * p_idle_prior_w
+    return _nnls_gram(m, v)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClassVerdict:
+    ci_j: F64  # (classes, 2)
+    resolvable: tuple[bool, ...]
+    cluster: tuple[str | None, ...]
+    why: tuple[str, ...]
+    clusters: tuple[tuple[int, ...], ...]  # class indices per cluster
+
+
+def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
+             window_ms: float, preset: GpuPreset | None, has_power: bool,
+             computed: I64) -> ClassVerdict:
+    """The batch engine's ``resolvable`` rules applied to the live fit.  ``computed`` marks
+    the classes whose interval the last bootstrap covered (newer ones are not resolvable
+    until the next interval refresh)."""
+    n_cls = len(dyn_j)
+    ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
+    exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
+    comps = _clusters(xg, exposure) if has_power else []
+    cluster_of = {gi: i for i, comp in enumerate(comps) for gi in comp}
+    res: list[bool] = []
+    clu: list[str | None] = []
+    why: list[str] = []
+    for c in range(n_cls):
+        g = int(group[c])
+        half = (ci[c, 1] - ci[c, 0]) / 2.0
+        r, w, cl = False, "", None
+        if not has_power:
+            w = "no power readings"
+        elif window_ms >= LONG_WINDOW_MS:
+            w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif preset is not None and preset.consumer_boost:
+            w = "consumer-card boost ramp and tail are not modelled yet"
+        elif n_cls > MAX_GROUPS and g == MAX_GROUPS:
+            w = "pooled with other rarely-run classes"
+        elif g in cluster_of:
+            w, cl = "always runs in a fixed mix with other classes", f"cluster{cluster_of[g]}"
+        elif exposure[g] < MIN_EXPOSURE:
+            w = f"too little exposure ({exposure[g]:.1f} reading-equivalents)"
+        elif dyn_j[c] <= 0:
+            w = "estimate sits at the zero bound"
+        elif not bool(computed[c]):
+            w = "new class: interval not computed yet"
+        elif half > MAX_REL_HALF_WIDTH * dyn_j[c]:
+            w = "90% interval wider than ±50%"
+        else:
+            r = True
+        res.append(r)
+        clu.append(cl)
+        why.append(w)
+    members = tuple(tuple(c for c in range(n_cls) if int(group[c]) in comp) for comp in comps)
+    return ClassVerdict(ci, tuple(res), tuple(clu), tuple(why), members)

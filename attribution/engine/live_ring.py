@@ -1,0 +1,192 @@
+"""The live engine's state over the horizon: classes, slabs, reading rows and steps.
+
+Owns the storage of :mod:`attribution.engine.live`: ``Classes`` (the class table across
+updates), ``SlabRing`` (per-class and per-cause sums of settled time, kept as running totals
+so a tick never re-sums the horizon), ``RowRing`` (the per-reading activity rows in one
+growable buffer with a moving head, so a tick appends the new rows and drops the expired ones
+without re-concatenating the horizon) and ``StepRing`` (settled ProfilerSteps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+
+from attribution.model import F64, I64
+from attribution.snapshot import IDLE_CAUSES
+
+N_CAUSES = len(IDLE_CAUSES)
+
+
+class Classes:
+    """The engine's class table across updates (labels in first-seen order)."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.source: list[int] = []
+        self.key: list[tuple[str, str]] = []
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def lut(self, labels: tuple[str, ...], sources: tuple[int, ...],
+            keys: tuple[tuple[str, str], ...]) -> I64:
+        out = np.empty(len(labels), np.int64)
+        for i, (lab, src, key) in enumerate(zip(labels, sources, keys, strict=True)):
+            j = self._index.get(lab)
+            if j is None:
+                j = len(self.labels)
+                self._index[lab] = j
+                self.labels.append(lab)
+                self.source.append(src)
+                self.key.append(key)
+            out[i] = j
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slab:
+    """Settled time ``[start_ns, end_ns)`` reduced to per-class and per-cause sums."""
+
+    start_ns: int
+    end_ns: int
+    calls: I64
+    time_s: F64
+    share_s: F64
+    bytes: I64
+    idle_s: F64  # per cause
+    idle_n: I64
+
+
+SUMS = ("calls", "time_s", "share_s", "bytes", "idle_s", "idle_n")
+
+
+class SlabRing:
+    """The slabs over the horizon and their running sums (add on append, subtract on expiry;
+    re-summed from scratch every ``RESUM`` expiries so float drift cannot build up)."""
+
+    RESUM = 1000
+
+    def __init__(self) -> None:
+        self.slabs: deque[Slab] = deque()
+        self.sums: dict[str, F64] = {k: np.zeros(N_CAUSES if k.startswith("idle") else 0)
+                                     for k in SUMS}
+        self._expired = 0
+
+    def __len__(self) -> int:
+        return len(self.slabs)
+
+    def _add(self, slab: Slab, sign: float) -> None:
+        for k in SUMS:
+            v = np.asarray(getattr(slab, k), np.float64)
+            cur = self.sums[k]
+            if len(v) > len(cur):
+                cur = np.pad(cur, (0, len(v) - len(cur)))
+            cur[:len(v)] += sign * v
+            self.sums[k] = cur
+
+    def append(self, slab: Slab) -> None:
+        self.slabs.append(slab)
+        self._add(slab, 1.0)
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the slabs that start before ``before_ns``."""
+        dropped = False
+        while self.slabs and self.slabs[0].start_ns < before_ns:
+            self._add(self.slabs.popleft(), -1.0)
+            self._expired += 1
+            dropped = True
+        if dropped and self._expired >= self.RESUM:
+            self._expired = 0
+            n = {k: len(v) for k, v in self.sums.items()}
+            self.sums = {k: np.zeros(n[k]) for k in SUMS}
+            for sl in self.slabs:
+                self._add(sl, 1.0)
+
+    def total(self, key: str, n: int) -> F64:
+        v = self.sums[key]
+        return np.pad(v, (0, n - len(v))) if len(v) < n else v.copy()
+
+
+class RowRing:
+    """Reading rows ``(t, y, x, x_lo, x_hi)`` over the horizon, oldest first.
+
+    ``x*`` have one column per class; classes first seen later add zero columns.  Storage is
+    one buffer per field with capacity doubling; ``view()`` returns the live rows without a
+    copy; ``expire`` moves the head; ``append`` compacts when the tail is full.
+    """
+
+    def __init__(self) -> None:
+        self.n_cls = 0
+        self._t = np.empty(0, np.int64)
+        self._y = np.empty(0, np.float64)
+        self._x = [np.empty((0, 0), np.float64) for _ in range(3)]
+        self._head = 0
+        self._end = 0
+
+    def __len__(self) -> int:
+        return self._end - self._head
+
+    def _realloc(self, rows: int, cols: int) -> None:
+        n = len(self)
+        t = np.empty(rows, np.int64)
+        y = np.empty(rows, np.float64)
+        t[:n] = self._t[self._head:self._end]
+        y[:n] = self._y[self._head:self._end]
+        xs = []
+        for x in self._x:
+            nx = np.zeros((rows, cols), np.float64)
+            nx[:n, :self.n_cls] = x[self._head:self._end, :self.n_cls]
+            xs.append(nx)
+        self._t, self._y, self._x = t, y, xs
+        self._head, self._end, self.n_cls = 0, n, cols
+
+    def append(self, t: I64, y: F64, xs: tuple[F64, F64, F64]) -> None:
+        k, cols = len(t), max(self.n_cls, xs[0].shape[1])
+        if self._end + k > len(self._t) or cols > self._x[0].shape[1]:
+            need = len(self) + k
+            cap = len(self._t) if need <= len(self._t) // 2 else max(2 * need, 64)
+            self._realloc(cap, max(cols, self._x[0].shape[1]))
+        self.n_cls = cols
+        sl = slice(self._end, self._end + k)
+        self._t[sl], self._y[sl] = t, y
+        for buf, x in zip(self._x, xs, strict=True):
+            buf[sl, :x.shape[1]] = x
+            buf[sl, x.shape[1]:] = 0.0
+        self._end += k
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the rows taken before ``before_ns``."""
+        self._head += int(np.searchsorted(self._t[self._head:self._end], before_ns))
+
+    def view(self) -> tuple[I64, F64, F64, F64, F64]:
+        """The live rows ``(t, y, x, x_lo, x_hi)`` (views: do not keep across appends)."""
+        sl = slice(self._head, self._end)
+        x, xl, xh = (b[sl, :self.n_cls] for b in self._x)
+        return self._t[sl], self._y[sl], x, xl, xh
+
+
+class StepRing:
+    """Settled ProfilerSteps ``(start, duration, busy per class)`` over the horizon (a
+    :class:`RowRing` with the duration in the reading column)."""
+
+    def __init__(self) -> None:
+        self._ring = RowRing()
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def append(self, start_ns: I64, dur_s: F64, busy_s: F64) -> None:
+        none = np.zeros((len(start_ns), 0))
+        self._ring.append(start_ns, dur_s, (busy_s, none, none))
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the steps that started before ``before_ns``."""
+        self._ring.expire(before_ns)
+
+    def view(self) -> tuple[I64, F64, F64]:
+        t, d, x, _, _ = self._ring.view()
+        return t, d, x

@@ -1,0 +1,230 @@
+"""The live engine's snapshot level: per-device fit results and horizon sums → contract rows.
+
+Owns the conventions of CONTRACT.md for the live engine, the same as ``engine/rows.py`` for
+the batch one: dynamic energy ``ΔP_c × time_c``; full energy adds ``P_idle × share_c`` (the
+class's time share of busy wall time); idle energy ``P_idle × idle time`` by cause; so
+kernels + copies + idle = total by construction.  Steps integrate the fitted model over each
+settled ProfilerStep (as ``rows._steps`` does); inefficiencies and the energy-counter closure
+reuse the batch helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import numpy.typing as npt
+
+from attribution.engine.activity import KERNEL
+from attribution.engine.live_fit import verdicts
+from attribution.engine.rows import _inefficiencies, _measured_energy_j
+from attribution.model import F64, I32, I64, EnergyBatch, Trace
+from attribution.precision import precision_of
+from attribution.presets import GpuPreset
+from attribution.snapshot import (
+    IDLE_CAUSES,
+    CopyRow,
+    GpuInfo,
+    IdleRow,
+    KernelRow,
+    Quantiles,
+    SensorInfo,
+    Snapshot,
+    Steps,
+    Totals,
+    Window,
+    rows_by_energy,
+)
+
+ENGINE = "regress/1+live"
+_precision = functools.lru_cache(maxsize=4096)(precision_of)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CiState:
+    """The interval state: ΔP bounds per class and P_idle's, from the replicate pool."""
+
+    t_ns: int
+    dp_lo_w: F64
+    dp_hi_w: F64
+    p_idle_w: tuple[float, float]
+    computed: npt.NDArray[np.bool_]  # classes with enough replicates in the pool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DevicePart:
+    """One device's fit over the horizon and its horizon sums (per class / per cause)."""
+
+    device: int
+    name: str
+    preset: GpuPreset | None
+    field: str
+    period_ms: float
+    window_ms: float
+    lag_ms: float
+    tau_ms: float
+    source: str
+    labels: tuple[str, ...]
+    class_source: tuple[int, ...]
+    class_key: tuple[tuple[str, str], ...]
+    group: I32
+    n_groups: int
+    xg: F64
+    p_idle_w: float
+    dp_w: F64
+    rms_w: float
+    ci: CiState | None
+    calls: F64
+    time_s: F64
+    share_s: F64
+    bytes: F64
+    idle_s: F64
+    idle_n: F64
+    n_readings: int
+    energy_t_ns: I64
+    energy_mj: I64
+    step_start_ns: I64
+    step_dur_s: F64
+    step_busy_s: F64  # (steps, classes)
+
+
+def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
+    n = len(p.labels)
+    lo = np.zeros(n)
+    hi = 2.0 * dyn_j
+    computed = np.zeros(n, np.int64)
+    if p.ci is not None:
+        ok = p.ci.computed
+        lo[ok] = p.ci.dp_lo_w[ok] * p.time_s[ok]
+        hi[ok] = p.ci.dp_hi_w[ok] * p.time_s[ok]
+        computed[ok] = 1
+    # the interval is from the last refresh; it always covers the current estimate
+    return np.column_stack([np.minimum(lo, dyn_j), np.maximum(hi, dyn_j)]), computed
+
+
+def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow],
+                                         list[list[str]]]:
+    n = len(p.labels)
+    dp_c = p.dp_w[p.group] if n else np.zeros(0)
+    dyn = dp_c * p.time_s
+    energy = dyn + p.p_idle_w * p.share_s
+    ci, computed = _class_ci(p, dyn)
+    has_power = p.field != "none"
+    v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
+                 window_ms=p.window_ms, preset=p.preset, has_power=has_power,
+                 computed=computed)
+    kernels: list[KernelRow] = []
+    copies: list[CopyRow] = []
+    for c in range(n):
+        if p.calls[c] == 0 and p.time_s[c] <= 0:
+            continue  # a class seen before the horizon only
+        cij = (float(v.ci_j[c, 0]), float(v.ci_j[c, 1]))
+        t = float(p.time_s[c])
+        if p.class_source[c] == KERNEL:
+            name = p.class_key[c][0]
+            kernels.append(KernelRow(
+                name=name, gpu=p.device, calls=int(p.calls[c]), time_s=t,
+                energy_j=float(energy[c]), dynamic_energy_j=float(dyn[c]),
+                dynamic_energy_ci_j=cij, avg_power_w=float(energy[c]) / t if t > 0 else 0.0,
+                resolvable=v.resolvable[c], precision=_precision(name),
+                cluster=v.cluster[c], why=v.why[c]))
+        else:
+            kind, mem = p.class_key[c]
+            copies.append(CopyRow(
+                kind=kind, memory=mem, gpu=p.device, calls=int(p.calls[c]),
+                bytes=int(p.bytes[c]), time_s=t, energy_j=float(energy[c]),
+                dynamic_energy_j=float(dyn[c]), dynamic_energy_ci_j=cij,
+                resolvable=v.resolvable[c]))
+    idle = [IdleRow(cause=cause, gpu=p.device, time_s=float(p.idle_s[i]),
+                    energy_j=p.p_idle_w * float(p.idle_s[i]), count=int(p.idle_n[i]))
+            for i, cause in enumerate(IDLE_CAUSES)]
+    return kernels, copies, idle, [[p.labels[c] for c in comp] for comp in v.clusters]
+
+
+def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
+    """ProfilerStep statistics: the fitted model integrated over each settled step in the
+    window (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
+    if not parts or not len(parts[0].step_start_ns):
+        return None
+    keep = parts[0].step_start_ns >= win[0]
+    if not bool(keep.any()):
+        return None
+    dur_s = parts[0].step_dur_s[keep]
+    energy = np.zeros(int(keep.sum()))
+    for p in parts:
+        if len(p.step_start_ns) != len(keep):
+            continue
+        dp_c = p.dp_w[p.group] if len(p.labels) else np.zeros(0)
+        energy += p.p_idle_w * dur_s + p.step_busy_s[keep] @ dp_c
+    lat_ms = dur_s * 1e3
+
+    def q(v: F64) -> Quantiles:
+        pc = np.percentile(v, [50, 95, 99])
+        return Quantiles(float(np.mean(v)), float(pc[0]), float(pc[1]), float(pc[2]))
+
+    return Steps(count=len(energy), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
+                 step_energy_j=tuple(energy.tolist()),
+                 step_latency_ms=tuple(lat_ms.tolist()))
+
+
+def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
+    """The contract snapshot of the horizon ``win`` from each device's part."""
+    kernels: list[KernelRow] = []
+    copies: list[CopyRow] = []
+    idle: list[IdleRow] = []
+    gpus: list[GpuInfo] = []
+    warnings: list[str] = []
+    clusters: list[dict[str, object]] = []
+    measured = 0.0
+    have_measured = bool(parts)
+    for p in parts:
+        k, c, i, members = _device_rows(p)
+        clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
+                     for j, m in enumerate(members)]
+        kernels += k
+        copies += c
+        idle += i
+        has_power = p.field != "none"
+        gpus.append(GpuInfo(p.device, p.name, p.preset.key if p.preset else "unknown",
+                            SensorInfo(p.field, p.period_ms if has_power else 0.0,
+                                       p.window_ms if has_power else 0.0,
+                                       p.lag_ms if has_power else 0.0)))
+        if not has_power:
+            warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
+        en = Trace(energy=EnergyBatch.from_columns({
+            "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
+            "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
+        mj = _measured_energy_j(en, p.device, win[0], win[1])
+        if mj is None:
+            have_measured = False
+        else:
+            measured += mj
+    k_j = float(sum(x.energy_j for x in kernels))
+    c_j = float(sum(x.energy_j for x in copies))
+    i_j = float(sum(x.energy_j for x in idle))
+    total = k_j + c_j + i_j
+    if not have_measured:
+        measured = 0.0
+    closure = (total - measured) / measured if measured > 0 else 0.0
+    if measured > 0 and abs(closure) > 0.1:
+        warnings.append(f"attributed energy differs from the energy counter by {closure:+.1%}")
+    totals = Totals(energy_j=total, kernel_energy_j=k_j, copy_energy_j=c_j, idle_energy_j=i_j,
+                    active_idle_w=float(sum(p.p_idle_w for p in parts)),
+                    measured_energy_j=measured, closure_error=closure)
+    meta = {
+        "engine": ENGINE,
+        "readings": {str(p.device): p.n_readings for p in parts},
+        "sensor_source": {str(p.device): p.source for p in parts},
+        "response_ms": {str(p.device): p.tau_ms for p in parts},
+        "fit_rms_w": {str(p.device): p.rms_w for p in parts},
+        "active_idle_ci_w": {str(p.device): list(p.ci.p_idle_w) if p.ci else
+                             [p.p_idle_w, p.p_idle_w] for p in parts},
+    }
+    extra = {"clusters": clusters}
+    return Snapshot(
+        gpus=tuple(gpus), window=Window(win[0], win[1]), totals=totals,
+        kernels=tuple(rows_by_energy(kernels)), copies=tuple(rows_by_energy(copies)),
+        idle=tuple(idle), steps=_steps(parts, win),
+        inefficiencies=_inefficiencies(idle, copies, total),
+        warnings=tuple(warnings), meta=meta, extra=extra)

@@ -1,0 +1,125 @@
+"""Live tick cost on a full horizon: the incremental engine vs re-running the batch engine.
+
+Owns the live-tick benchmark (issue #3 goal: a live tick on a 300 s horizon under 20 ms).
+Simulates ``--horizon`` + ``--measure`` seconds of a scenario, feeds it to
+:class:`attribution.engine.live.LiveEngine` in ``--tick`` steps (records as they complete,
+readings as taken: what ``TraceFeed`` does), and times ``update`` + ``snapshot`` of every tick
+once the horizon is full (every tick also draws ``BOOT_PER_TICK`` bootstrap replicates; the
+ticks that run lag-refit grid points are reported apart too).  Side by side in the same run, at
+``--batch-runs`` evenly spaced ticks, the batch engine (``attribute``, what the feed ran
+every tick before) attributes the same horizon.  Prints tick p50/p99/max, the batch median
+and the ratio.
+
+Run: ``python benchmarks/live_tick.py [--scenario demo --gpu h100 --horizon 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from attribution.engine import attribute
+from attribution.engine.live import LiveEngine
+from attribution.model import Trace
+from attribution.sim import simulate
+
+ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
+SAMPLES = ("power", "energy", "clocks")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="demo")
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--horizon", type=float, default=300.0)
+    ap.add_argument("--measure", type=float, default=60.0)
+    ap.add_argument("--tick", type=float, default=0.5)
+    ap.add_argument("--batch-runs", type=int, default=3)
+    ap.add_argument("--n-boot", type=int, default=100)
+    ap.add_argument("--lag-units-per-tick", type=float, default=16)
+    args = ap.parse_args(argv)
+    tr = simulate(scenario=args.scenario, gpu=args.gpu, seconds=args.horizon + args.measure + 1,
+                  seed=0).trace
+    span = tr.gpu_span_ns()
+    assert span is not None
+    print(f"{args.scenario} on {args.gpu}: {len(tr.kernels)} kernels over "
+          f"{(span[1] - span[0]) / 1e9:.0f} s; horizon {args.horizon:.0f} s, tick {args.tick} s")
+    by_end = {n: getattr(tr, n).take(np.argsort(getattr(tr, n).end_ns, kind="stable"))
+              for n in ITEMS}
+    by_t = {n: getattr(tr, n).take(np.argsort(getattr(tr, n).t_ns, kind="stable"))
+            for n in SAMPLES}
+    by_start = {n: getattr(tr, n).sorted_by("start_ns") for n in ITEMS}
+    eng = LiveEngine(devices=tr.devices, horizon_s=args.horizon, n_boot=args.n_boot,
+                     lag_units_per_tick=args.lag_units_per_tick)
+    tick_ns = int(args.tick * 1e9)
+    full_ns = span[0] + int((args.horizon + 1.0) * 1e9)
+    n_measured = int(args.measure / args.tick) - 2
+    batch_at = set(np.linspace(1, max(n_measured - 1, 1), args.batch_runs).astype(int).tolist())
+    prev, now = span[0] - 1, span[0]
+    ticks: list[float] = []
+    special: list[float] = []
+    batch: list[float] = []
+    k = 0
+    while now < span[1]:
+        now = min(now + tick_ns, span[1])
+        parts = {}
+        for n, b in by_end.items():
+            i0, i1 = np.searchsorted(b.end_ns, [prev, now], side="right")
+            parts[n] = b.take(slice(int(i0), int(i1)))
+        for n, b in by_t.items():
+            i0, i1 = np.searchsorted(b.t_ns, [prev, now], side="right")
+            parts[n] = b.take(slice(int(i0), int(i1)))
+        delta = Trace(strings=tr.strings, devices=tr.devices, **parts)
+        refits = eng.refits
+        searching = any(st.search is not None for st in eng.dev.values())
+        t0 = time.perf_counter()
+        eng.update(delta, now)
+        snap = eng.snapshot()
+        dt = time.perf_counter() - t0
+        prev = now
+        if now < full_ns or snap is None:
+            continue
+        ticks.append(dt)
+        if eng.refits != refits or searching:
+            special.append(dt)
+        k += 1
+        if k in batch_at:  # the batch engine on the same horizon, as the feed ran it
+            lo = now - int(args.horizon * 1e9)
+            hp: dict[str, object] = {}
+            for n, b in by_start.items():
+                i0, i1 = np.searchsorted(b.start_ns, [lo, now], side="left")
+                sl = b.take(slice(int(i0), int(i1)))
+                hp[n] = sl.take(sl.end_ns <= now)
+            for n, b in by_t.items():
+                i0, i1 = np.searchsorted(b.t_ns, [lo, now], side="right")
+                hp[n] = b.take(slice(int(i0), int(i1)))
+            t0 = time.perf_counter()
+            attribute(Trace(strings=tr.strings, devices=tr.devices, **hp),  # type: ignore[arg-type]
+                      n_boot=args.n_boot)
+            batch.append(time.perf_counter() - t0)
+    t = np.array(ticks) * 1e3
+    plain = np.array(sorted(set(ticks) - set(special))) * 1e3
+    print(f"  live tick over {len(t)} ticks on a full horizon: p50 {np.percentile(t, 50):.1f} ms,"
+          f" p99 {np.percentile(t, 99):.1f} ms, max {t.max():.1f} ms "
+          f"(goal p99 < 20 ms: {'met' if np.percentile(t, 99) < 20 else 'not met'})")
+    if len(plain):
+        print(f"  ticks without lag-refit work ({len(plain)}): p50 "
+              f"{np.percentile(plain, 50):.1f} ms, p99 {np.percentile(plain, 99):.1f} ms")
+    if special:
+        sp = np.array(special) * 1e3
+        print(f"  ticks running lag-refit grid points ({len(sp)}): median "
+              f"{np.median(sp):.1f} ms, max {sp.max():.1f} ms")
+    if batch:
+        b = statistics.median(batch)
+        print(f"  batch re-fit of the same horizon: {b * 1e3:.0f} ms median of {len(batch)} "
+              f"({', '.join(f'{x:.2f}' for x in batch)} s)")
+        print(f"  ratio batch / live p50: {b * 1e3 / np.percentile(t, 50):.0f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The batch engine's speed work changed no result.
+
+``BusyFunction`` moved from two prefix-sum searches per query to one ``np.interp`` over
+precomputed knots, and the idle energy per gap lost its Python loop.  The reference paths here
+are the simplest correct forms: ``B_g(t)`` by brute-force integer clipping, the previous
+prefix-sum form (kept in this file), and a per-gap dict lookup; the engine run with the
+reference busy function must give the same per-class energies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attribution.engine import attribute, attribute_arrays, build
+from attribution.engine.activity import BusyFunction
+from attribution.model import F64, I32, I64
+from attribution.sim import simulate
+
+
+class PrefixSumBusy:
+    """The previous ``BusyFunction``: sorted starts/ends, prefix sums, two searches."""
+
+    def __init__(self, start_ns: I64, end_ns: I64, group: I32, n_groups: int, *,
+                 origin_ns: int) -> None:
+        self.origin_ns = origin_ns
+        self.n_groups = n_groups
+        s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
+        e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
+        self.parts = []
+        for g in range(n_groups):
+            s = np.sort(s_all[group == g])
+            e = np.sort(e_all[group == g])
+            self.parts.append((s, e, np.r_[0.0, np.cumsum(s)], np.r_[0.0, np.cumsum(e)]))
+
+    def __call__(self, t_ns: I64) -> F64:
+        t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
+        out = np.zeros((len(t), self.n_groups))
+        for g, (s, e, cs, ce) in enumerate(self.parts):
+            ns = np.searchsorted(s, t, side="right")
+            ne = np.searchsorted(e, t, side="right")
+            out[:, g] = (t * ns - cs[ns]) - (t * ne - ce[ne])
+        return out
+
+
+def brute_busy_s(start_ns: I64, end_ns: I64, group: I32, n_groups: int, t_ns: I64) -> F64:
+    """Σ_i |[s_i, e_i] ∩ (-∞, t]| in exact integer ns, per group."""
+    out = np.zeros((len(t_ns), n_groups))
+    for g in range(n_groups):
+        s, e = start_ns[group == g], end_ns[group == g]
+        for k, t in enumerate(t_ns.tolist()):
+            out[k, g] = float(np.clip(t - s, 0, e - s).sum()) * 1e-9
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_busy_function_is_exact(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 3000
+    start = np.sort(rng.integers(0, 50_000_000_000, n))
+    dur = rng.integers(0, 3_000_000, n)
+    dur[::17] = 0  # zero-length items
+    start[5::23] = start[4::23][: len(start[5::23])]  # equal start times
+    group = rng.integers(0, 4, n).astype(np.int32)  # overlapping items within a group too
+    end = start + dur
+    t = np.r_[rng.integers(-1_000_000, 51_000_000_000, 400), start[:50], end[:50]]
+    want = brute_busy_s(start, end, group, 4, t)
+    got = BusyFunction(start, end, group, 4, origin_ns=0)(t)
+    assert np.abs(got - want).max() < 1e-9
+    # B is non-decreasing in t and, for a group, never more than its total busy time
+    ts = np.sort(t)
+    b = BusyFunction(start, end, group, 4, origin_ns=0)(ts)
+    assert (np.diff(b, axis=0) >= -1e-12).all()
+    total = np.bincount(group, weights=dur.astype(np.float64) * 1e-9, minlength=4)
+    assert (b <= total[None, :] + 1e-9).all()
+
+
+@pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "a100"), ("two_streams", "h100"),
+                                               ("launch_bound", "a100")])
+def test_engine_results_unchanged_by_the_fast_busy_function(
+        scenario: str, gpu: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=12.0, seed=3).trace
+    fast = attribute(trace, n_boot=30)
+    monkeypatch.setattr(build, "BusyFunction", PrefixSumBusy)
+    ref = attribute(trace, n_boot=30)
+    assert fast.gpus[0].sensor.lag_ms == ref.gpus[0].sensor.lag_ms
+    f = {k.name: k for k in fast.kernels}
+    assert set(f) == {k.name for k in ref.kernels}
+    for k in ref.kernels:
+        # the prefix-sum form is off by ~1e-7 s per busy-time difference: relative 1e-4
+        assert f[k.name].dynamic_energy_j == pytest.approx(k.dynamic_energy_j, rel=1e-4,
+                                                           abs=1e-6)
+        assert f[k.name].energy_j == pytest.approx(k.energy_j, rel=1e-4, abs=1e-6)
+    assert fast.totals.energy_j == pytest.approx(ref.totals.energy_j, rel=1e-6)
+    assert fast.totals.idle_energy_j == pytest.approx(ref.totals.idle_energy_j, rel=1e-6)
+
+
+def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
+    a = simulate(scenario="demo", gpu="h100", seconds=6.0, seed=1).trace
+    b = simulate(scenario="demo", gpu="a100", seconds=6.0, seed=2).trace
+    for batch in ("kernels", "copies", "memsets", "power", "energy"):
+        cols = getattr(b, batch).columns()
+        cols["device"] = np.full(len(cols["device"]), 1, cols["device"].dtype)
+        setattr(b, batch, type(getattr(b, batch))(**cols))
+    tr = a.merged_with(b)
+    arr = attribute_arrays(tr, n_boot=10)
+    p_idle = {r.device: r.p_idle_w for r in arr.devices}
+    assert len(p_idle) == 2 and p_idle[0] != p_idle[1]
+    want = [p_idle[int(d)] * int(ns) * 1e-9
+            for d, ns in zip(arr.idle.device.tolist(), arr.idle.duration_ns.tolist(),
+                             strict=True)]
+    assert np.allclose(arr.idle_energy_j, want, rtol=1e-12, atol=0.0)
