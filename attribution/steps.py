@@ -93,21 +93,28 @@ def step_stats(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         b = r.busy(np.concatenate([s, e]))
         busy = b[len(s):] - b[:len(s)]
         energy += r.p_idle_w * dur_s + busy @ r.group_dp_w
+    return summarize(dur_s, energy, items, sla_ms=sla_ms, source=source)
+
+
+def summarize(dur_s: F64, energy_j: F64, items: F64, *, sla_ms: float | None,
+              source: str) -> Steps:
+    """The snapshot's ``steps`` from per-step durations, energies and items (NaN = none given);
+    shared by the batch and the live engine."""
     lat_ms = dur_s * 1e3
     has = np.isfinite(items)
     items_per_j = None
-    if bool(has.any()) and float(energy[has].sum()) > 0:
-        items_per_j = float(items[has].sum() / energy[has].sum())
-    units = np.where(has, items, 0.0) if bool(has.any()) else np.ones(len(s))
+    if bool(has.any()) and float(energy_j[has].sum()) > 0:
+        items_per_j = float(items[has].sum() / energy_j[has].sum())
+    units = np.where(has, items, 0.0) if bool(has.any()) else np.ones(len(dur_s))
     compliance = under = None
     if sla_ms is not None:
         ok = lat_ms <= sla_ms
         compliance = float(np.mean(ok))
-        tot = float(energy.sum())
+        tot = float(energy_j.sum())
         under = float(units[ok].sum() / tot) if tot > 0 else None
     return Steps(
-        count=len(s), energy_j=_q(energy), latency_ms=_q(lat_ms), items_per_j=items_per_j,
+        count=len(dur_s), energy_j=_q(energy_j), latency_ms=_q(lat_ms), items_per_j=items_per_j,
         sla_ms=sla_ms, sla_compliance=compliance, items_per_j_under_sla=under,
-        step_energy_j=tuple(energy.tolist()), step_latency_ms=tuple(lat_ms.tolist()),
+        step_energy_j=tuple(energy_j.tolist()), step_latency_ms=tuple(lat_ms.tolist()),
         step_items=tuple(np.where(has, items, 0.0).tolist()) if bool(has.any()) else (),
         work_unit="items" if bool(has.any()) else "steps", source=source)

@@ -58,9 +58,10 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
-from attribution.model import F64, I32, DeviceInfo, MarkerKind, PowerField, Trace
+from attribution.model import F64, I32, DeviceInfo, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
+from attribution.steps import step_spans
 
 SETTLE_S = 0.5
 """Time behind ``now`` that is reduced: records longer than this that straddle it are late."""
@@ -294,18 +295,18 @@ class LiveEngine:
 
     def _reduce_steps(self, st: DeviceState, sub: Trace, span: tuple[int, int], *,
                       busy_all: Callable[[], BusyFunction], covered_from: int) -> None:
-        """ProfilerStep markers that ended in [a, b): their per-class busy time (the step's
-        energy is ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine).
+        """Steps (``attribution.steps.step_spans``: mark_step ranges, else ProfilerStep#N)
+        that ended in [a, b): their per-class busy time and items (the step's energy is
+        ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine).
         ``busy_all`` covers records ending after ``covered_from``; longer steps rebuild one."""
         a, b = span
-        mk = sub.markers
-        m = ((mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
-             & (mk.end_ns >= a) & (mk.end_ns < b) & (mk.start_ns >= (self.start_ns or a)))
+        s_all, e_all, it_all, source = step_spans(sub, None, [])
+        m = ((e_all > s_all) & (e_all >= a) & (e_all < b)
+             & (s_all >= (self.start_ns or a)))
         if not bool(m.any()):
             return
-        s0, e0 = mk.start_ns[m], mk.end_ns[m]
-        order = np.argsort(s0, kind="stable")
-        s0, e0 = s0[order], e0[order]
+        s0, e0, items = s_all[m], e_all[m], it_all[m]
+        st.steps.source = source
         if int(s0[0]) >= covered_from:
             busy = busy_all()
         else:
@@ -314,7 +315,8 @@ class LiveEngine:
             busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
                                 len(st.classes), origin_ns=int(s0[0]))
         bb = busy(np.concatenate([s0, e0]))
-        st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9, bb[len(s0):] - bb[:len(s0)])
+        st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9, bb[len(s0):] - bb[:len(s0)],
+                        items)
 
     def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
@@ -486,4 +488,5 @@ class LiveEngine:
             idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
             step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
-            step_busy_s=_pad(st.steps.view()[2], len(labels)))
+            step_busy_s=_pad(st.steps.view()[2], len(labels)),
+            step_items=st.steps.view()[3].copy(), step_source=st.steps.source)

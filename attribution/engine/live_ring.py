@@ -170,23 +170,27 @@ class RowRing:
 
 
 class StepRing:
-    """Settled ProfilerSteps ``(start, duration, busy per class)`` over the horizon (a
-    :class:`RowRing` with the duration in the reading column)."""
+    """Settled steps ``(start, duration, busy per class, items)`` over the horizon (two
+    :class:`RowRing`: the duration and the items (NaN = none given) in the reading column)."""
 
     def __init__(self) -> None:
         self._ring = RowRing()
+        self._items = RowRing()
+        self.source = "ProfilerStep"
 
     def __len__(self) -> int:
         return len(self._ring)
 
-    def append(self, start_ns: I64, dur_s: F64, busy_s: F64) -> None:
+    def append(self, start_ns: I64, dur_s: F64, busy_s: F64, items: F64) -> None:
         none = np.zeros((len(start_ns), 0))
         self._ring.append(start_ns, dur_s, (busy_s, none, none))
+        self._items.append(start_ns, items, (none, none, none))
 
     def expire(self, before_ns: int) -> None:
         """Drop the steps that started before ``before_ns``."""
         self._ring.expire(before_ns)
+        self._items.expire(before_ns)
 
-    def view(self) -> tuple[I64, F64, F64]:
+    def view(self) -> tuple[I64, F64, F64, F64]:
         t, d, x, _, _ = self._ring.view()
-        return t, d, x
+        return t, d, x, self._items.view()[1]

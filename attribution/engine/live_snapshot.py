@@ -4,8 +4,8 @@ Owns the conventions of CONTRACT.md for the live engine, the same as ``engine/ro
 the batch one: dynamic energy ``ΔP_c × time_c``; full energy adds ``P_idle × share_c`` (the
 class's time share of busy wall time); idle energy ``P_idle × idle time`` by cause; so
 kernels + copies + idle = total by construction.  Steps integrate the fitted model over each
-settled ProfilerStep (as ``rows._steps`` does); inefficiencies and the energy-counter closure
-reuse the batch helpers.
+settled ProfilerStep; inefficiencies are the row-level ranking
+(:func:`attribution.ranking.rank_rows`); the energy-counter closure reuses the batch helper.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.live_fit import verdicts
-from attribution.engine.rows import _inefficiencies, _measured_energy_j
+from attribution.engine.rows import _measured_energy_j
 from attribution.model import F64, I32, I64, EnergyBatch, Trace
 from attribution.precision import precision_of
 from attribution.presets import GpuPreset
+from attribution.ranking import RowInputs, rank_rows
 from attribution.snapshot import (
     IDLE_CAUSES,
     CopyRow,
     GpuInfo,
     IdleRow,
     KernelRow,
-    Quantiles,
     SensorInfo,
     Snapshot,
     Steps,
@@ -36,6 +36,7 @@ from attribution.snapshot import (
     Window,
     rows_by_energy,
 )
+from attribution.steps import summarize
 
 ENGINE = "regress/1+live"
 _precision = functools.lru_cache(maxsize=4096)(precision_of)
@@ -87,6 +88,8 @@ class DevicePart:
     step_start_ns: I64
     step_dur_s: F64
     step_busy_s: F64  # (steps, classes)
+    step_items: F64  # NaN where a step has no item count
+    step_source: str
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -143,8 +146,8 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
 
 
 def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
-    """ProfilerStep statistics: the fitted model integrated over each settled step in the
-    window (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
+    """Step statistics: the fitted model integrated over each settled step in the window
+    (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
     if not parts or not len(parts[0].step_start_ns):
         return None
     keep = parts[0].step_start_ns >= win[0]
@@ -157,15 +160,8 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
             continue
         dp_c = p.dp_w[p.group] if len(p.labels) else np.zeros(0)
         energy += p.p_idle_w * dur_s + p.step_busy_s[keep] @ dp_c
-    lat_ms = dur_s * 1e3
-
-    def q(v: F64) -> Quantiles:
-        pc = np.percentile(v, [50, 95, 99])
-        return Quantiles(float(np.mean(v)), float(pc[0]), float(pc[1]), float(pc[2]))
-
-    return Steps(count=len(energy), energy_j=q(energy), latency_ms=q(lat_ms), items_per_j=None,
-                 step_energy_j=tuple(energy.tolist()),
-                 step_latency_ms=tuple(lat_ms.tolist()))
+    return summarize(dur_s, energy, parts[0].step_items[keep], sla_ms=None,
+                     source=parts[0].step_source)
 
 
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
@@ -226,5 +222,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         gpus=tuple(gpus), window=Window(win[0], win[1]), totals=totals,
         kernels=tuple(rows_by_energy(kernels)), copies=tuple(rows_by_energy(copies)),
         idle=tuple(idle), steps=_steps(parts, win),
-        inefficiencies=_inefficiencies(idle, copies, total),
+        inefficiencies=rank_rows(
+            RowInputs(tuple(kernels), tuple(copies), tuple(idle), total),
+            {p.device: (p.ci.p_idle_w if p.ci else (p.p_idle_w, p.p_idle_w)) for p in parts}),
         warnings=tuple(warnings), meta=meta, extra=extra)

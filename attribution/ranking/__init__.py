@@ -18,13 +18,17 @@ from typing import Any
 
 from attribution.owners import UNOWNED, OwnerMap
 from attribution.ranking.clamps import clamp_candidates, clamp_episodes
-from attribution.ranking.common import Candidate, RankInputs
+from attribution.ranking.common import Candidate, RankInputs, RowInputs
 from attribution.ranking.efficiency import fp32_candidate, hot_gpu_candidates, precision_mix
-from attribution.ranking.idle_copies import copy_candidates, idle_candidates
+from attribution.ranking.idle_copies import (
+    copy_candidates,
+    idle_candidates,
+    idle_row_candidates,
+)
 from attribution.ranking.storms import find_storms, storm_candidate
 from attribution.snapshot import Inefficiency
 
-__all__ = ["Candidate", "RankInputs", "Ranking", "order", "rank"]
+__all__ = ["Candidate", "RankInputs", "Ranking", "RowInputs", "order", "rank", "rank_rows"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,6 +54,23 @@ def rank(inp: RankInputs, owners: OwnerMap | None = None) -> Ranking:
         cands.append(f)
     cands += hot_gpu_candidates(inp)
     return Ranking(order(cands, inp.total_j, owners), episodes, mix)
+
+
+def rank_rows(inp: RowInputs, p_idle_ci_w: dict[int, tuple[float, float]],
+              owners: OwnerMap | None = None) -> tuple[Inefficiency, ...]:
+    """The ranking from snapshot rows alone, for the live engine (which keeps per-class and
+    per-cause sums, not per-record energies): idle by cause, pageable copies, FP32 matrix
+    math and hot GPUs.  Tiny-kernel storms and clock clamps need the records: they appear in
+    snapshots from the batch engine (``ppwtop attribute``, exports, the demo's final
+    snapshot)."""
+    cands: list[Candidate] = []
+    cands += idle_row_candidates(inp.idle, p_idle_ci_w)
+    cands += copy_candidates(inp)
+    f = fp32_candidate(inp, precision_mix(inp.kernels))
+    if f is not None:
+        cands.append(f)
+    cands += hot_gpu_candidates(inp)
+    return order(cands, inp.total_j, owners)
 
 
 def _key(c: Candidate) -> float:

@@ -68,6 +68,16 @@ class RankInputs:
         return v[:, 0], v[:, 1], v[:, 2]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RowInputs:
+    """What the row-level mechanisms read: the snapshot rows only (the live engine's view)."""
+
+    kernels: tuple[KernelRow, ...]
+    copies: tuple[CopyRow, ...]
+    idle: tuple[IdleRow, ...]
+    total_j: float
+
+
 RANGE_KINDS = (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION))
 
 

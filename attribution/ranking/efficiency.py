@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from attribution.precision import precision_of
-from attribution.ranking.common import Candidate, RankInputs
+from attribution.ranking.common import Candidate, RankInputs, RowInputs
 from attribution.snapshot import KernelRow
 
 TENSOR_CORE = re.compile(r"mma|tensorop|gmma|16816|16832|1688|884|_tc_|flash|tf32|wmma",
@@ -54,7 +54,7 @@ def precision_mix(kernels: tuple[KernelRow, ...]) -> list[dict[str, Any]]:
     return rows
 
 
-def fp32_candidate(inp: RankInputs, mix: list[dict[str, Any]]) -> Candidate | None:
+def fp32_candidate(inp: RankInputs | RowInputs, mix: list[dict[str, Any]]) -> Candidate | None:
     rows = [k for k in inp.kernels
             if (k.precision or precision_of(k.name)) == "fp32" and MATMUL.search(k.name)]
     e_all = sum(k.energy_j for k in rows)
@@ -83,7 +83,7 @@ def fp32_candidate(inp: RankInputs, mix: list[dict[str, Any]]) -> Candidate | No
         owner_names=tuple(k.name for k in top[:3]))
 
 
-def hot_gpu_candidates(inp: RankInputs) -> list[Candidate]:
+def hot_gpu_candidates(inp: RankInputs | RowInputs) -> list[Candidate]:
     by: dict[str, list[KernelRow]] = {}
     for k in inp.kernels:
         if k.time_s > 0 and k.avg_power_w > 0:

@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges, scaled_ci
+from attribution.ranking.common import (
+    Candidate,
+    RankInputs,
+    RowInputs,
+    enclosing_ranges,
+    scaled_ci,
+)
 from attribution.ranking.storms import Storms, in_spans
-from attribution.snapshot import IDLE_CAUSES, CopyRow
+from attribution.snapshot import IDLE_CAUSES, CopyRow, IdleRow
 
 NOMINAL_PINNED_GBPS = 20.0
 """Pinned host↔device bandwidth assumed when the run has no pinned copy (PCIe 4.0 ×16)."""
@@ -81,6 +87,31 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
     return out
 
 
+def idle_row_candidates(idle: tuple[IdleRow, ...],
+                        p_idle_ci_w: dict[int, tuple[float, float]]) -> list[Candidate]:
+    """``idle.<cause>`` from the snapshot's idle rows alone (the live engine keeps per-cause
+    sums, not the gaps): the same joules and interval as :func:`idle_candidates`, without
+    the gap-level extras (storm exclusion, median gap, enclosing ranges)."""
+    out: list[Candidate] = []
+    for cause in IDLE_CAUSES:
+        rows = [r for r in idle if r.cause == cause]
+        e = float(sum(r.energy_j for r in rows))
+        t = float(sum(r.time_s for r in rows))
+        if not e > 0:
+            continue
+        n = int(sum(r.count for r in rows))
+        lo = float(sum(p_idle_ci_w.get(r.gpu, (0.0, 0.0))[0] * r.time_s for r in rows))
+        hi = float(sum(p_idle_ci_w.get(r.gpu, (0.0, 0.0))[1] * r.time_s for r in rows))
+        out.append(Candidate(
+            mechanism=f"idle.{cause}", energy_j=e, energy_ci_j=(lo, hi),
+            evidence=(f"{n} gaps, {t:.3f} s with no kernel or copy running at "
+                      f"{e / t if t > 0 else 0.0:.0f} W active idle"),
+            fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
+            validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
+                        f"{_CHECK[cause]}")))
+    return out
+
+
 def _pinned_gbps(copies: tuple[CopyRow, ...], gpu: int, kind: str) -> tuple[float, str]:
     def bw(rows: list[CopyRow]) -> float | None:
         b = sum(r.bytes for r in rows)
@@ -99,7 +130,7 @@ def _pinned_gbps(copies: tuple[CopyRow, ...], gpu: int, kind: str) -> tuple[floa
     return NOMINAL_PINNED_GBPS, "nominal PCIe 4.0 x16"
 
 
-def copy_candidates(inp: RankInputs) -> list[Candidate]:
+def copy_candidates(inp: RankInputs | RowInputs) -> list[Candidate]:
     out: list[Candidate] = []
     by_kind: dict[str, list[CopyRow]] = {}
     for c in inp.copies:
