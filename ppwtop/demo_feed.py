@@ -135,6 +135,10 @@ class TraceFeed:
         return Trace(strings=self.trace.strings, devices=list(self.trace.devices),
                      meta=dict(self.trace.meta), **parts)
 
+    def window_between(self, start_ns: int, end_ns: int) -> Trace:
+        """The records that completed in ``[start_ns, end_ns]`` (what a snapshot covers)."""
+        return self.window(end_ns, end_ns - start_ns + 1)
+
     def snapshot_at(self, end_ns: int, horizon_ns: int | None = None,
                     n_boot: int | None = None) -> Snapshot | None:
         tr = self.window(end_ns, horizon_ns)

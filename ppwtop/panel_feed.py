@@ -1,6 +1,7 @@
 """``PanelFeed``: a replay feed whose snapshots carry the live UI's display series.
 
-Wraps a :class:`~ppwtop.demo_feed.TraceFeed` (demo, replay) and adds
+Wraps a :class:`~ppwtop.demo_feed.TraceFeed` (demo, replay) or a
+:class:`~ppwtop.live.feed.LiveFeed` (run, attach) and adds
 ``extra["panels"]`` (:mod:`attribution.panels`: GPU-busy band, clocks/temperature/clamp strip,
 per-class duration histograms and launches over time) to each snapshot it hands out, from
 the same records the snapshot was attributed from.  With ``sla_ms`` it also fills the steps'
@@ -12,19 +13,31 @@ feed's engine path is untouched.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 import numpy as np
 
+from attribution.model import Trace
 from attribution.panels import with_panels
 from attribution.snapshot import Snapshot
 from ppwtop.demo_feed import TraceFeed
 from ppwtop.tui.feed import PowerTrace
 
 
+class _Windowed(Protocol):
+    def next_snapshot(self) -> Snapshot | None: ...
+    def power_trace(self) -> PowerTrace: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def label(self) -> str: ...
+    def window_between(self, start_ns: int, end_ns: int) -> Trace: ...
+
+
 class PanelFeed:
     """A :class:`~ppwtop.tui.feed.SnapshotFeed` over ``inner`` with panel data added."""
 
-    def __init__(self, inner: TraceFeed, *, sla_ms: float | None = None) -> None:
+    def __init__(self, inner: TraceFeed | _Windowed, *, sla_ms: float | None = None) -> None:
         self.inner = inner
         self.sla_ms = sla_ms
 
@@ -33,7 +46,7 @@ class PanelFeed:
         if snap is None:
             return None
         w = snap.window
-        snap = with_panels(snap, self.inner.window(w.end_ns, w.end_ns - w.start_ns + 1))
+        snap = with_panels(snap, self.inner.window_between(w.start_ns, w.end_ns))
         return with_sla(snap, self.sla_ms)
 
     def power_trace(self) -> PowerTrace:

@@ -8,6 +8,7 @@ import numpy as np
 
 from attribution.model import Trace
 from attribution.sim import simulate
+from ppwtop.demo_feed import TraceFeed
 from ppwtop.live.feed import LiveFeed
 
 
@@ -50,3 +51,52 @@ def test_live_feed_attributes_the_recent_horizon_and_shows_session_notes() -> No
     assert len(t) > 10 and np.all(np.diff(t) > 0) and np.all(w > 0)
     feed.set_connected(False)
     assert feed.connected is False
+
+
+def test_live_feed_ticks_go_through_the_incremental_engine_like_the_batch_one() -> None:
+    """Pieces arrive out of completion order (two streams of buffers interleaved); once the
+    live engine has settled, snapshots are its own (engine ``regress/1+live``), cost per tick
+    stays small, and the horizon's totals agree with the batch engine on the same window."""
+    tr = simulate("varied_mix", "a100", seconds=30.0, seed=5).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=10.0, n_boot=20)
+    feed.devices = list(tr.devices)
+    pieces = _slices(tr, 60)
+    # buffers of two streams reach the session half a slice apart: swap neighbours
+    for i in range(0, len(pieces) - 1, 2):
+        pieces[i], pieces[i + 1] = pieces[i + 1], pieces[i]
+    snaps = []
+    for piece in pieces:
+        feed.add(piece)
+        snaps.append(feed.snapshot())
+    live = [s for s in snaps if s is not None and s.meta.get("engine", "").endswith("+live")]
+    assert feed.live_ticks >= 20 and len(live) == feed.live_ticks
+    assert feed.late_records == 0  # a swap within the settle time is not late
+    last = live[-1]
+    w0, w1 = last.window.start_ns, last.window.end_ns
+    batch = TraceFeed(tr, label="batch", gpu="a100", n_boot=20).snapshot_at(w1, w1 - w0)
+    assert batch is not None and not batch.meta.get("engine", "").endswith("+live")
+    t_live, t_batch = last.totals, batch.totals
+    assert abs(t_live.energy_j - t_batch.energy_j) < 0.03 * t_batch.energy_j
+    assert abs(t_live.idle_energy_j - t_batch.idle_energy_j) < 0.1 * t_batch.idle_energy_j
+    parts = t_live.kernel_energy_j + t_live.copy_energy_j + t_live.idle_energy_j
+    assert abs(parts - t_live.energy_j) <= 1e-3 * t_live.energy_j
+
+
+def test_panel_feed_over_a_live_feed_adds_the_display_series() -> None:
+    """run/attach wrap the session's LiveFeed in PanelFeed like demo/replay do: the busy band
+    and per-class histograms come from the records the snapshot covers."""
+    from ppwtop.panel_feed import PanelFeed
+
+    tr = simulate("varied_mix", "a100", seconds=10.0, seed=2).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20,
+                    refresh_s=0.0)
+    feed.devices = list(tr.devices)
+    for piece in _slices(tr, 10):
+        feed.add(piece)
+    snap = PanelFeed(feed).next_snapshot()
+    assert snap is not None
+    panels = snap.extra["panels"]
+    assert panels, "no display series"
+    inside = feed.window_between(snap.window.start_ns, snap.window.end_ns)
+    assert 0 < len(inside.kernels) < len(tr.kernels)
+    assert int(inside.kernels.end_ns.max()) <= snap.window.end_ns

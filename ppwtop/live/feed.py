@@ -3,9 +3,14 @@
 :class:`LiveFeed` is a :class:`~ppwtop.tui.feed.SnapshotFeed`.  The session thread hands it
 each slice of new records (:meth:`add`, a :class:`Trace` sharing the session's string table);
 it keeps only the last ``keep_s`` seconds (enough for the horizon and the power graph) plus the
-first energy-counter reading per GPU (for "energy so far").  Attribution goes through the same
-path as the demo and replay feeds (:class:`ppwtop.demo_feed.TraceFeed.snapshot_at` on the
-window), duty-cycled the same way, so improvements to that path reach the live view too.
+first energy-counter reading per GPU (for "energy so far").  Attribution is the live
+incremental engine (:class:`attribution.engine.live.LiveEngine`), as for the demo and replay
+feeds: each snapshot first hands it the records that completed up to :data:`SETTLE_NS`
+behind the newest one received (buffers arrive per stream and per flush, not in completion
+order; a record later than that is still given to the engine, with the next delta), so a
+tick's cost does not grow with the run.  Until the engine has settled enough data to fit the
+sensor lag, snapshots come from the batch engine on the kept window
+(:meth:`ppwtop.demo_feed.TraceFeed.snapshot_at`).  Snapshots are duty-cycled like the demo's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,27 @@ from ppwtop.tui.feed import PowerTrace, empty_power_trace
 
 _ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
 _SAMPLES = ("power", "energy", "clocks")
+SETTLE_NS = 1_000_000_000
+"""Records are handed to the live engine once the newest record is this far past their end
+(the agent flushes every 0.1 s; NVML is drained every 0.25 s)."""
+
+
+def _concat(pieces: list[Trace], strings: StringTable, devices: list[Any]) -> Trace:
+    cols = {k: type(getattr(Trace(), k)).concat(getattr(p, k) for p in pieces)
+            for k in Trace.BATCH_FIELDS}
+    return Trace(strings=strings, devices=list(devices), **cols)
+
+
+def _split_at(tr: Trace, cut_ns: int) -> tuple[Trace, Trace]:
+    """(records ended and readings taken at or before ``cut_ns``, the rest)."""
+    ready: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for k in Trace.BATCH_FIELDS:
+        b = getattr(tr, k)
+        m = (b.end_ns <= cut_ns) if k in _ITEMS else (b.t_ns <= cut_ns)
+        ready[k], rest[k] = b.take(m), b.take(~m)
+    return (Trace(strings=tr.strings, devices=tr.devices, **ready),
+            Trace(strings=tr.strings, devices=tr.devices, **rest))
 
 
 def _piece_end_ns(tr: Trace) -> int:
@@ -62,6 +88,11 @@ class LiveFeed:
         self.loss_note: str | None = None  # dropped buffers/records so far
         self.last_cost_s = 0.0
         self.attributions = 0
+        self._pending: list[tuple[int, Trace]] = []  # (end, piece) not yet handed over
+        self._engine: Any = None
+        self._fed_ns = 0
+        self.late_records = 0  # records that ended before what the engine had already got
+        self.live_ticks = 0
 
     # --- from the session thread ----------------------------------------------------------
 
@@ -71,12 +102,15 @@ class LiveFeed:
             return
         with self._lock:
             self._pieces.append((end, piece))
+            self._pending.append((end, piece))
             self._latest_ns = max(self._latest_ns, end)
             if self._first_ns is None:
                 self._first_ns = end
             lo = self._latest_ns - self.keep_ns
             while self._pieces and self._pieces[0][0] < lo:
                 self._pieces.popleft()
+            # nobody is taking snapshots (headless): keep the engine's backlog bounded too
+            self._pending = [q for q in self._pending if q[0] >= lo]
             self._note_energy(piece)
             self._note_power(piece)
             self._dirty = True
@@ -122,20 +156,61 @@ class LiveFeed:
                    **cols)
         return tr, end
 
+    def window_between(self, start_ns: int, end_ns: int) -> Trace:
+        """The kept records that completed, and readings taken, in ``[start_ns, end_ns]``."""
+        with self._lock:
+            pieces = [p for e, p in self._pieces if e >= start_ns]
+        tr = _concat(pieces, self.strings, self.devices)
+        return _split_at(_split_at(tr, end_ns)[0], start_ns - 1)[1]
+
     def energy_so_far_j(self) -> float | None:
         with self._lock:
             tot = [(self._energy_last[d][1] - e0[1]) for d, e0 in self._energy0.items()
                    if self._energy_last.get(d, e0)[0] > e0[0]]
         return sum(tot) / 1000.0 if tot else None
 
+    def _feed_engine(self) -> Snapshot | None:
+        """Hand the live engine what completed up to the settle cut; its snapshot (None while
+        it is still settling)."""
+        with self._lock:
+            cut = self._latest_ns - SETTLE_NS
+            if cut <= self._fed_ns:
+                pending: list[Trace] = []
+            else:
+                pending, self._pending = [q for _, q in self._pending], []
+        if self._engine is None:
+            from attribution.engine.live import LiveEngine
+
+            self._engine = LiveEngine(gpu=self.gpu, devices=list(self.devices),
+                                      horizon_s=self.horizon_ns / 1e9, n_boot=self.n_boot)
+        if pending:
+            delta = _concat(pending, self.strings, self.devices)
+            ready, rest = _split_at(delta, cut)
+            self.late_records += sum(int(np.count_nonzero(getattr(ready, k).end_ns
+                                                          <= self._fed_ns)) for k in _ITEMS)
+            with self._lock:
+                self._pending.insert(0, (_piece_end_ns(rest), rest))
+            self._engine.update(ready, cut)
+            self._fed_ns = cut
+        snap: Snapshot | None = self._engine.snapshot()
+        if snap is not None:
+            self.live_ticks += 1
+        return snap
+
     def snapshot(self, horizon_ns: int | None = None, n_boot: int | None = None
                  ) -> Snapshot | None:
-        tr, end = self.window()
-        if not len(tr.kernels) and not len(tr.copies):
-            return None
-        h = self.horizon_ns if horizon_ns is None else horizon_ns
-        snap = TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
-                         horizon_s=h / 1e9).snapshot_at(end, h, n_boot or self.n_boot)
+        """The horizon's attribution: the live engine's when ``horizon_ns`` is the feed's own
+        and it has settled, else the batch engine on the kept window."""
+        snap = self._feed_engine() if horizon_ns is None else None
+        with self._lock:
+            end = self._latest_ns
+        if snap is None:
+            tr, end = self.window()
+            if not len(tr.kernels) and not len(tr.copies):
+                return None
+            h = self.horizon_ns if horizon_ns is None else horizon_ns
+            snap = TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
+                             horizon_s=h / 1e9).snapshot_at(end, h, n_boot or self.n_boot)
         self.attributions += 1
         if snap is None:
             return None

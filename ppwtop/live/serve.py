@@ -111,13 +111,14 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
 
 
 def _tui(session: Session, run_kw: dict[str, Any]) -> None:
+    from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
     t = threading.Thread(target=session.run, name="ppwtop-session", daemon=True,
                          kwargs=run_kw)
     t.start()
     try:
-        PpwtopApp(session.feed).run()
+        PpwtopApp(PanelFeed(session.feed)).run()
     finally:
         session.request_stop()
         t.join(10.0)
