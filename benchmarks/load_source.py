@@ -2,12 +2,12 @@
 
 Owns the record generator and :class:`LoadFeed`, a :class:`~ppwtop.tui.feed.SnapshotFeed`
 built the way a live Session is: a collector thread appends columnar chunks (kernels, power
-readings at T = 100 ms / W = 25 ms, energy counter, clocks, ProfilerStep markers) to a ring
-that keeps ``horizon_s`` of data, and ``next_snapshot`` runs the real engine
-(``attribution.engine.attribute``) on the ring's Trace, duty-cycled exactly as
-:class:`ppwtop.demo_feed.TraceFeed` is (at least ``refresh_s`` apart and at least
-``DUTY_FACTOR`` times its own cost apart).  Memory is therefore bounded by the horizon, not
-by how long the run lasts.
+readings at T = 100 ms / W = 25 ms, energy counter, clocks, ProfilerStep markers) to the
+session's own :class:`ppwtop.live.feed.LiveFeed` (and to a ring of ``horizon_s`` for the
+benchmark's counts), and ``next_snapshot`` is that feed's, wrapped in
+:class:`ppwtop.panel_feed.PanelFeed` as ``ppwtop run`` wraps it: the live incremental engine
+(the batch engine while it settles), duty-cycled as every feed is.  Memory is therefore
+bounded by the horizon, not by how long the run lasts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 
-from attribution.engine import attribute
 from attribution.model import (
     ClockBatch,
     DeviceInfo,
@@ -31,9 +30,10 @@ from attribution.model import (
     StringTable,
     Trace,
 )
-from attribution.panels import with_panels
 from attribution.snapshot import Snapshot
-from ppwtop.demo_feed import DUTY_FACTOR, GRAPH_S
+from ppwtop.demo_feed import GRAPH_S
+from ppwtop.live.feed import LiveFeed
+from ppwtop.panel_feed import PanelFeed
 from ppwtop.tui.feed import PowerTrace
 
 N_CLASSES = 24
@@ -141,12 +141,15 @@ class LoadFeed:
         self._t0_wall = time.monotonic()
         self.t0_ns = 1_800_000_000_000_000_000
         self._now_ns = self.t0_ns
-        self._next_due = 0.0
         self.engine_s: list[float] = []
         self.snapshot_at: list[float] = []
         self.generate_s = 0.0
         self.records = 0
         self.behind_s = 0.0
+        self.live = LiveFeed(self.source.strings, label=self.label, gpu=gpu,
+                             horizon_s=horizon_s, refresh_s=refresh_s, n_boot=n_boot)
+        self.live.devices = [DeviceInfo(0, "NVIDIA H100 80GB HBM3")]
+        self.panels = PanelFeed(self.live)
         self._thread = threading.Thread(target=self._collect, name="load-collector",
                                         daemon=True)
         self._thread.start()
@@ -161,6 +164,7 @@ class LoadFeed:
                 ch = self.source.chunk(t_from, t_from + self.chunk_ns)
                 self.generate_s += time.perf_counter() - g0
                 self.records += len(ch["kernels"])  # type: ignore[arg-type]
+                self.live.add(Trace(strings=self.source.strings, **ch))  # type: ignore[arg-type]
                 with self._lock:
                     self._ring.append((t_from, ch))
                     while self._ring and self._ring[0][0] < t_from - self.horizon_ns:
@@ -190,23 +194,16 @@ class LoadFeed:
 
     # ------------------------------------------------------------------ SnapshotFeed
     def next_snapshot(self) -> Snapshot | None:
-        now = time.monotonic()
-        if now < self._next_due:
-            time.sleep(min(0.05, self._next_due - now))
-            return None
         if not self.engine:  # the control run: collection and UI only
             time.sleep(0.05)
             return None
-        tr = self.trace()
-        if not len(tr.kernels):
-            return None
         t0 = time.perf_counter()
-        snap = attribute(tr, gpu=self.gpu, n_boot=self.n_boot)
-        snap = with_panels(snap, tr)  # what PanelFeed adds for the live screen
-        cost = time.perf_counter() - t0
-        self.engine_s.append(cost)
+        snap = self.panels.next_snapshot()
+        if snap is None:
+            time.sleep(0.02)
+            return None
+        self.engine_s.append(time.perf_counter() - t0)
         self.snapshot_at.append(time.monotonic())
-        self._next_due = time.monotonic() + max(self.refresh_s, DUTY_FACTOR * cost)
         return snap
 
     def power_trace(self) -> PowerTrace:

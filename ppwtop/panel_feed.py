@@ -13,6 +13,9 @@ feed's engine path is untouched.
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -22,6 +25,9 @@ from attribution.panels import with_panels
 from attribution.snapshot import Snapshot
 from ppwtop.demo_feed import TraceFeed
 from ppwtop.tui.feed import PowerTrace
+
+PANEL_EVERY_S = 2.0
+"""The display series are recomputed at most this often (the snapshot numbers every tick)."""
 
 
 class _Windowed(Protocol):
@@ -37,16 +43,27 @@ class _Windowed(Protocol):
 class PanelFeed:
     """A :class:`~ppwtop.tui.feed.SnapshotFeed` over ``inner`` with panel data added."""
 
-    def __init__(self, inner: TraceFeed | _Windowed, *, sla_ms: float | None = None) -> None:
+    def __init__(self, inner: TraceFeed | _Windowed, *, sla_ms: float | None = None,
+                 every_s: float = PANEL_EVERY_S, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         self.inner = inner
         self.sla_ms = sla_ms
+        self.every_s = every_s
+        self._clock = clock
+        self._panels: object = None
+        self._panels_at = -math.inf
 
     def next_snapshot(self) -> Snapshot | None:
         snap = self.inner.next_snapshot()
         if snap is None:
             return None
-        w = snap.window
-        snap = with_panels(snap, self.inner.window_between(w.start_ns, w.end_ns))
+        now = self._clock()
+        if self._panels is None or now - self._panels_at >= self.every_s:
+            w = snap.window
+            snap = with_panels(snap, self.inner.window_between(w.start_ns, w.end_ns))
+            self._panels, self._panels_at = snap.extra.get("panels"), now
+        else:  # plot-heavy series refresh at most every ``every_s`` (a full pass each)
+            snap = dataclasses.replace(snap, extra={**snap.extra, "panels": self._panels})
         return with_sla(snap, self.sla_ms)
 
     def power_trace(self) -> PowerTrace:

@@ -100,3 +100,30 @@ def test_panel_feed_over_a_live_feed_adds_the_display_series() -> None:
     inside = feed.window_between(snap.window.start_ns, snap.window.end_ns)
     assert 0 < len(inside.kernels) < len(tr.kernels)
     assert int(inside.kernels.end_ns.max()) <= snap.window.end_ns
+
+
+def test_panels_refresh_at_most_every_few_seconds() -> None:
+    """The display series are a full pass over the window: PanelFeed recomputes them only
+    every ``every_s`` (the snapshot's own numbers are new every time)."""
+    from ppwtop.panel_feed import PanelFeed
+
+    tr = simulate("varied_mix", "a100", seconds=12.0, seed=2).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20,
+                    refresh_s=0.0)
+    feed.devices = list(tr.devices)
+    now = [100.0]
+    panels = PanelFeed(feed, every_s=2.0, clock=lambda: now[0])
+    pieces = _slices(tr, 12)
+    got = []
+    for piece in pieces[:9]:
+        feed.add(piece)
+        feed._next_due = 0.0  # a snapshot on every poll
+        snap = panels.next_snapshot()
+        assert snap is not None
+        got.append((snap.window.end_ns, id(snap.extra["panels"])))
+        now[0] += 0.75
+    ends = [e for e, _ in got]
+    assert len(set(ends)) == len(ends)  # a new window every tick
+    ids = [i for _, i in got]
+    # 0.75 s apart with a 2 s period: each panel object serves 3 snapshots (2.25 s > 2 s)
+    assert len(set(ids)) == 3 and ids[0] == ids[1] == ids[2] and ids[3] != ids[2]

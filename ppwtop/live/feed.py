@@ -30,6 +30,9 @@ from ppwtop.tui.feed import PowerTrace, empty_power_trace
 
 _ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
 _SAMPLES = ("power", "energy", "clocks")
+MAX_BATCH_RECORDS = 300_000
+"""While the live engine settles, the batch engine stands in only below this many records
+(about 0.3 s of work); above it the screen waits the few seconds the live engine needs."""
 SETTLE_NS = 1_000_000_000
 """Records are handed to the live engine once the newest record is this far past their end
 (the agent flushes every 0.1 s; NVML is drained every 0.25 s)."""
@@ -51,6 +54,12 @@ def _split_at(tr: Trace, cut_ns: int) -> tuple[Trace, Trace]:
         ready[k], rest[k] = b.take(m), b.take(~m)
     return (Trace(strings=tr.strings, devices=tr.devices, **ready),
             Trace(strings=tr.strings, devices=tr.devices, **rest))
+
+
+def _piece_first_end_ns(tr: Trace) -> int:
+    firsts = [int(getattr(tr, k).end_ns.min()) for k in _ITEMS if len(getattr(tr, k))]
+    firsts += [int(getattr(tr, k).t_ns.min()) for k in _SAMPLES if len(getattr(tr, k))]
+    return min(firsts) if firsts else 0
 
 
 def _piece_end_ns(tr: Trace) -> int:
@@ -92,6 +101,7 @@ class LiveFeed:
         self._engine: Any = None
         self._fed_ns = 0
         self.late_records = 0  # records that ended before what the engine had already got
+        self.feed_cost_s = 0.0
         self.live_ticks = 0
 
     # --- from the session thread ----------------------------------------------------------
@@ -160,8 +170,13 @@ class LiveFeed:
         """The kept records that completed, and readings taken, in ``[start_ns, end_ns]``."""
         with self._lock:
             pieces = [p for e, p in self._pieces if e >= start_ns]
-        tr = _concat(pieces, self.strings, self.devices)
-        return _split_at(_split_at(tr, end_ns)[0], start_ns - 1)[1]
+        inside: list[Trace] = []
+        for piece in pieces:  # filter only the pieces that straddle an edge (usually 2-3)
+            q = _split_at(piece, end_ns)[0] if _piece_end_ns(piece) > end_ns else piece
+            if _piece_first_end_ns(q) < start_ns:
+                q = _split_at(q, start_ns - 1)[1]
+            inside.append(q)
+        return _concat(inside, self.strings, self.devices)
 
     def energy_so_far_j(self) -> float | None:
         with self._lock:
@@ -172,6 +187,15 @@ class LiveFeed:
     def _feed_engine(self) -> Snapshot | None:
         """Hand the live engine what completed up to the settle cut; its snapshot (None while
         it is still settling)."""
+        self.feed_engine()
+        snap: Snapshot | None = self._engine.snapshot()
+        if snap is not None:
+            self.live_ticks += 1
+        return snap
+
+    def feed_engine(self) -> None:
+        """Hand the live engine what completed up to the settle cut (called on every poll, not
+        only when a snapshot is due, so its backlog never outgrows one poll's records)."""
         with self._lock:
             cut = self._latest_ns - SETTLE_NS
             if cut <= self._fed_ns:
@@ -192,10 +216,6 @@ class LiveFeed:
                 self._pending.insert(0, (_piece_end_ns(rest), rest))
             self._engine.update(ready, cut)
             self._fed_ns = cut
-        snap: Snapshot | None = self._engine.snapshot()
-        if snap is not None:
-            self.live_ticks += 1
-        return snap
 
     def snapshot(self, horizon_ns: int | None = None, n_boot: int | None = None
                  ) -> Snapshot | None:
@@ -208,6 +228,8 @@ class LiveFeed:
             tr, end = self.window()
             if not len(tr.kernels) and not len(tr.copies):
                 return None
+            if horizon_ns is None and len(tr.kernels) + len(tr.copies) > MAX_BATCH_RECORDS:
+                return None  # the live engine settles in seconds; a batch fit would take longer
             h = self.horizon_ns if horizon_ns is None else horizon_ns
             snap = TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
                              horizon_s=h / 1e9).snapshot_at(end, h, n_boot or self.n_boot)
@@ -247,6 +269,10 @@ class LiveFeed:
 
     def next_snapshot(self) -> Snapshot | None:
         now = time.monotonic()
+        if self._dirty and now < self._next_due:
+            t0 = time.perf_counter()
+            self.feed_engine()
+            self.feed_cost_s = time.perf_counter() - t0
         if not self._dirty or now < self._next_due:
             return None
         self._dirty = False
