@@ -33,6 +33,10 @@ _SAMPLES = ("power", "energy", "clocks")
 MAX_BATCH_RECORDS = 300_000
 """While the live engine settles, the batch engine stands in only below this many records
 (about 0.3 s of work); above it the screen waits the few seconds the live engine needs."""
+MAX_BACKLOG_NS = 3_000_000_000
+"""More than this much unattributed time: the live engine cannot keep up; it restarts."""
+RESTART_NS = 1_000_000_000
+"""What a restarted live engine starts from (the newest settled second)."""
 SETTLE_NS = 1_000_000_000
 """Records are handed to the live engine once the newest record is this far past their end
 (the agent flushes every 0.1 s; NVML is drained every 0.25 s)."""
@@ -102,6 +106,7 @@ class LiveFeed:
         self._fed_ns = 0
         self.late_records = 0  # records that ended before what the engine had already got
         self.feed_cost_s = 0.0
+        self.engine_restarts = 0
         self.live_ticks = 0
 
     # --- from the session thread ----------------------------------------------------------
@@ -201,6 +206,8 @@ class LiveFeed:
             if cut <= self._fed_ns:
                 pending: list[Trace] = []
             else:
+                if self._fed_ns and cut - self._fed_ns > MAX_BACKLOG_NS:
+                    self._fall_behind(cut)
                 pending, self._pending = [q for _, q in self._pending], []
         if self._engine is None:
             from attribution.engine.live import LiveEngine
@@ -216,6 +223,22 @@ class LiveFeed:
                 self._pending.insert(0, (_piece_end_ns(rest), rest))
             self._engine.update(ready, cut)
             self._fed_ns = cut
+
+    def _fall_behind(self, cut: int) -> None:
+        """The engine got more than :data:`MAX_BACKLOG_NS` behind (the record rate is beyond
+        what it attributes on this machine): start it afresh on the last
+        :data:`RESTART_NS` so memory and latency stay bounded, and say so.  (Caller holds the
+        lock.)  The records themselves are still recorded; only the live view skips them."""
+        keep_from = cut - RESTART_NS
+        self._pending = [q for q in self._pending if q[0] >= keep_from]
+        self._engine = None
+        self._fed_ns = keep_from
+        self.engine_restarts += 1
+        note = ("live attribution fell behind (a record rate beyond what it attributes on "
+                "this machine, or polling paused): its view restarted; a recording keeps every "
+                "record for `ppwtop attribute`")
+        if note not in self.notes:
+            self.notes.append(note)
 
     def snapshot(self, horizon_ns: int | None = None, n_boot: int | None = None
                  ) -> Snapshot | None:
