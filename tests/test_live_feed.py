@@ -130,29 +130,29 @@ def test_panels_refresh_at_most_every_few_seconds() -> None:
 
 
 def test_an_engine_that_falls_behind_restarts_with_bounded_backlog() -> None:
-    """More than 3 s unattributed (a record rate the engine cannot follow, or no polls): the
-    live view restarts from the newest settled second instead of swallowing the backlog, and
+    """More than 10 s unattributed (a record rate the engine cannot follow, or no polls): the
+    live view restarts from the newest settled seconds instead of swallowing the backlog, and
     says so; then it settles again."""
     from ppwtop.live import feed as feed_mod
 
-    tr = simulate("varied_mix", "a100", seconds=24.0, seed=6).trace
+    tr = simulate("varied_mix", "a100", seconds=30.0, seed=6).trace
     feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=10.0, n_boot=20)
     feed.devices = list(tr.devices)
-    pieces = _slices(tr, 24)  # one second each
+    pieces = _slices(tr, 30)  # one second each
     for piece in pieces[:4]:
         feed.add(piece)
     feed.feed_engine()
     fed_before = feed._fed_ns
-    for piece in pieces[4:12]:  # eight seconds arrive with no poll in between
+    for piece in pieces[4:17]:  # thirteen seconds arrive with no poll in between
         feed.add(piece)
     feed.feed_engine()
     assert feed.engine_restarts == 1
     assert any("fell behind" in n for n in feed.notes)
     assert feed._fed_ns - fed_before > feed_mod.MAX_BACKLOG_NS
-    for piece in pieces[12:]:
+    for piece in pieces[17:]:
         feed.add(piece)
         feed.feed_engine()
     assert feed.engine_restarts == 1
     snap = feed.snapshot()
     assert snap is not None and snap.meta.get("engine", "").endswith("+live")
-    assert snap.window.start_ns >= int(pieces[10].kernels.end_ns.min())
+    assert snap.window.start_ns >= int(pieces[13].kernels.end_ns.min())

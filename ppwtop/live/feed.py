@@ -33,9 +33,10 @@ _SAMPLES = ("power", "energy", "clocks")
 MAX_BATCH_RECORDS = 300_000
 """While the live engine settles, the batch engine stands in only below this many records
 (about 0.3 s of work); above it the screen waits the few seconds the live engine needs."""
-MAX_BACKLOG_NS = 3_000_000_000
-"""More than this much unattributed time: the live engine cannot keep up; it restarts."""
-RESTART_NS = 1_000_000_000
+MAX_BACKLOG_NS = 10_000_000_000
+"""More than this much unattributed time (well past one slow refit): the live engine cannot
+keep up; it restarts."""
+RESTART_NS = 2_000_000_000
 """What a restarted live engine starts from (the newest settled second)."""
 SETTLE_NS = 1_000_000_000
 """Records are handed to the live engine once the newest record is this far past their end
