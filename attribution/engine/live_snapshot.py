@@ -90,6 +90,8 @@ class DevicePart:
     step_busy_s: F64  # (steps, classes)
     step_items: F64  # NaN where a step has no item count
     step_source: str
+    held_idle_w: tuple[float, float] | None = None
+    """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -116,7 +118,7 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     has_power = p.field != "none"
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
                  window_ms=p.window_ms, preset=p.preset, has_power=has_power,
-                 computed=computed)
+                 computed=computed, held_idle=p.held_idle_w)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     for c in range(n):
