@@ -439,7 +439,8 @@ class LiveEngine:
         return assemble(parts, win)
 
     def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
-                    group: I32, *, centre: F64, idle_w: float) -> CiState:
+                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64]
+                    ) -> CiState:
         """Draw this tick's share of bootstrap replicates into the device's pool (the last
         ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
         the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``PRIOR_SPAN`` (as the
@@ -456,7 +457,7 @@ class LiveEngine:
         pool = np.full((len(st.boot), n), np.nan)
         for i, (_, d) in enumerate(st.boot):
             pool[i, :len(d)] = d
-        m0, v0 = gram(xg[0], y)
+        m0, v0 = gram0
         ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w)
                 for x in xg[1:]]
         ends += [solve_gram(m0, v0, prior, pooled=centre * k, idle_weight=idle_w)
@@ -504,7 +505,8 @@ class LiveEngine:
             p_idle, dp = float(sol[0]), sol[1:]
             sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
             rms = float(np.sqrt(max(sse, 0.0) / len(y)))
-            ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w)
+            ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w,
+                                 gram0=(m, v))
         elif len(y) >= 1:
             p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
         else:

@@ -33,7 +33,7 @@ from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
 __all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "group_kinds",
-           "solve_gram", "verdicts"]
+           "prior_gram", "solve_gram", "verdicts"]
 
 
 def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
@@ -90,9 +90,10 @@ def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int,
     counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
     m_all = (counts @ gram).reshape(n_boot, g + 1, g + 1)
     v_all = counts @ aty
+    fixed = None if pooled is None else prior_gram(g, pooled, p_idle_prior_w, idle_weight)
     for b in range(n_boot):
-        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, pooled=pooled,
-                         idle_weight=idle_weight)
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight,
+                         prior=fixed)
         p[b] = sol[0]
         dp[b] = sol[1:]
     return p, dp
@@ -104,17 +105,26 @@ def gram(x: F64, y: F64) -> tuple[F64, F64]:
     return np.asarray(a.T @ a, np.float64), np.asarray(a.T @ y, np.float64)
 
 
+def prior_gram(g: int, pooled: float | F64, p_idle_prior_w: float | None,
+               idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+    """``(A_pᵀA_p, A_pᵀb_p)`` of the batch fit's prior rows (:func:`regress.prior_system`)."""
+    a_p, b_p = regress.prior_system(g, pooled, p_idle_prior_w, idle_weight=idle_weight)
+    return np.asarray(a_p.T @ a_p, np.float64), np.asarray(a_p.T @ b_p, np.float64)
+
+
 def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None, *,
                pooled: float | F64 | None = None,
-               idle_weight: float = regress.IDLE_PRIOR_READINGS) -> F64:
+               idle_weight: float = regress.IDLE_PRIOR_READINGS,
+               prior: tuple[F64, F64] | None = None) -> F64:
     """:func:`regress.fit` from ``gram(x, y)`` alone -- the same prior rows
     (:func:`regress.prior_system`: ``pooled`` centre, default the all-busy pooled ΔP, and
-    ``idle_weight``), the same NNLS minimiser: ``[P_idle, ΔP_1, …]``."""
-    g = len(v) - 1
-    if pooled is None:
-        pooled = regress.pooled_fit_gram(m, v)
-    a_p, b_p = regress.prior_system(g, pooled, p_idle_prior_w, idle_weight=idle_weight)
-    return _nnls_gram(m + a_p.T @ a_p, v + a_p.T @ b_p)
+    ``idle_weight``; or ``prior`` = :func:`prior_gram` already built), the same NNLS
+    minimiser: ``[P_idle, ΔP_1, …]``."""
+    if prior is None:
+        if pooled is None:
+            pooled = regress.pooled_fit_gram(m, v)
+        prior = prior_gram(len(v) - 1, pooled, p_idle_prior_w, idle_weight)
+    return _nnls_gram(m + prior[0], v + prior[1])
 
 
 def group_kinds(class_time_s: F64, labels: tuple[str, ...], class_source: tuple[int, ...],

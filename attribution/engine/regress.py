@@ -119,14 +119,17 @@ def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
     ΔP toward ``pooled`` (one value or one per group) with weight ``PRIOR_READINGS``, and
     P_idle toward ``p_idle_prior_w`` (if given) with weight ``idle_weight``."""
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
+    n = g + (p_idle_prior_w is not None)
+    a_p = np.zeros((n, g + 1))
+    b_p = np.empty(n)
     w = np.sqrt(PRIOR_READINGS)
-    rows = [np.column_stack([np.zeros(g), w * np.eye(g)])]
-    rhs = [w * centre]
+    a_p[np.arange(g), np.arange(1, g + 1)] = w
+    b_p[:g] = w * centre
     if p_idle_prior_w is not None:
         wi = np.sqrt(idle_weight)
-        rows.append(np.r_[wi, np.zeros(g)][None, :])
-        rhs.append(np.array([wi * p_idle_prior_w]))
-    return np.asarray(np.vstack(rows), np.float64), np.asarray(np.concatenate(rhs), np.float64)
+        a_p[g, 0] = wi
+        b_p[g] = wi * p_idle_prior_w
+    return a_p, b_p
 
 
 def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
