@@ -240,3 +240,23 @@ def test_degenerate_fit_holds_idle_and_flags_every_class_as_batch_does() -> None
         assert snap.totals.active_idle_w == pytest.approx(62.0, abs=3.0)
         assert snap.kernels and not any(r.resolvable for r in [*snap.kernels, *snap.copies])
         assert all(r.why.startswith("fit is degenerate") for r in snap.kernels)
+
+
+def test_clock_clamps_are_reported_not_silently_merged() -> None:
+    """The live view does not fit clamped kernel instances apart (the batch engine does): a
+    horizon with clamp episodes says so; one without does not."""
+    from attribution.engine.clamp import CLAMP_MASK
+
+    trace = simulate(scenario="demo", gpu="h100", seconds=40.0, seed=4).trace
+    c = trace.clocks
+    clamped_t = c.t_ns[(c.clock_reasons & CLAMP_MASK) != 0]
+    assert len(clamped_t)  # the scenario has clamp episodes
+    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0))
+    assert live is not None
+    in_win = (clamped_t >= live.window.start_ns) & (clamped_t <= live.window.end_ns)
+    said = [w for w in live.warnings if "clock clamp" in w]
+    assert in_win.any() and len(said) == 1
+    clean = simulate(scenario="varied_mix", gpu="a100", seconds=15.0, seed=4).trace
+    assert not ((clean.clocks.clock_reasons & CLAMP_MASK) != 0).any()
+    quiet = drive(clean, LiveEngine(devices=clean.devices, horizon_s=10.0))
+    assert quiet is not None and not any("clock clamp" in w for w in quiet.warnings)

@@ -44,6 +44,7 @@ from attribution.engine.build import (
     PRIOR_SPAN,
     _fit_window,
 )
+from attribution.engine.clamp import CLAMP_MASK
 from attribution.engine.live_fit import (
     bootstrap_gram,
     class_groups,
@@ -131,6 +132,8 @@ class DeviceState:
         self.boot: deque[tuple[float, F64]] = deque()
         self.search: LagSearch | None = None
         self.steps = StepRing()
+        self.clock_t = np.empty(0, np.int64)
+        self.clock_clamped = np.empty(0, bool)
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -157,6 +160,14 @@ class DeviceState:
             rd = _Readings(self.field, self.pend_t, self.pend_w,
                            float(np.median(np.diff(self.pend_t)) / 1e6))
             self.period_ms, self.window_ms, self.source = sensor_model(self.preset, rd)
+        c = tr.clocks
+        if len(c):
+            cm = c.device == self.device
+            if not bool(cm.any()):
+                cm = c.device < 0  # as clamp.clamped_items: a log without a device column
+            self.clock_t = np.concatenate([self.clock_t, c.t_ns[cm]])
+            self.clock_clamped = np.concatenate(
+                [self.clock_clamped, (c.clock_reasons[cm] & CLAMP_MASK) != 0])
         e = tr.energy
         em = e.device == self.device
         if bool(em.any()):
@@ -419,6 +430,8 @@ class LiveEngine:
             st.slabs.expire(lo)
             st.rows.expire(lo)
             st.steps.expire(lo)
+            keep_c = st.clock_t >= lo
+            st.clock_t, st.clock_clamped = st.clock_t[keep_c], st.clock_clamped[keep_c]
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -435,7 +448,9 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            parts.append(self._device_part(st, sums, xs, y))
+            in_win = st.clock_t <= win[1]
+            clamps = (int(st.clock_clamped[in_win].sum()), int(in_win.sum()))
+            parts.append(self._device_part(st, sums, xs, y, clamps))
         return assemble(parts, win)
 
     def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
@@ -479,8 +494,8 @@ class LiveEngine:
                        (float(np.percentile(p_all, 5.0)), float(np.percentile(p_all, 95.0))),
                        seen >= min(self.n_boot, 20))
 
-    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
-                     ) -> DevicePart:
+    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
+                     clamps: tuple[int, int] = (0, 0)) -> DevicePart:
         time_s = sums["time_s"]
         labels = tuple(st.classes.labels)
         group, n_groups = class_groups(time_s, labels)
@@ -525,4 +540,4 @@ class LiveEngine:
             step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
             step_busy_s=_pad(st.steps.view()[2], len(labels)),
             step_items=st.steps.view()[3].copy(), step_source=st.steps.source,
-            held_idle_w=held)
+            held_idle_w=held, clamp_samples=clamps)

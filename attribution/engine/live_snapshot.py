@@ -92,6 +92,8 @@ class DevicePart:
     step_source: str
     held_idle_w: tuple[float, float] | None = None
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
+    clamp_samples: tuple[int, int] = (0, 0)
+    """(clock samples reporting a clamp reason, clock samples) over the horizon."""
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -190,6 +192,12 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                                        p.lag_ms if has_power else 0.0)))
         if not has_power:
             warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
+        if p.clamp_samples[0]:
+            warnings.append(
+                f"GPU {p.device}: clock clamp (power cap or thermal slowdown) in "
+                f"{p.clamp_samples[0]} of {p.clamp_samples[1]} clock samples; the live view "
+                "fits one ΔP per kernel class across clamped and free instances (the batch "
+                "engine, `ppwtop attribute`, fits them apart): per-class energy may be biased")
         en = Trace(energy=EnergyBatch.from_columns({
             "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
