@@ -150,11 +150,15 @@ class ClassVerdict:
 
 def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
              window_ms: float, preset: GpuPreset | None, has_power: bool,
-             computed: I64, held_idle: tuple[float, float] | None = None) -> ClassVerdict:
+             computed: I64, held_idle: tuple[float, float] | None = None,
+             clamp_samples: tuple[int, int] = (0, 0)) -> ClassVerdict:
     """The batch engine's ``resolvable`` rules applied to the live fit.  ``computed`` marks
     the classes whose interval the last bootstrap covered (newer ones are not resolvable
     until the next interval refresh); ``held_idle`` = (fitted, held) P_idle when the fit was
-    degenerate and P_idle was held at the board's value (no class is then resolvable)."""
+    degenerate and P_idle was held at the board's value (no class is then resolvable);
+    ``clamp_samples`` = (clamped, all) clock samples over the horizon: with any clamp the
+    live fit (one ΔP per class, no clamp units) is biased where the batch engine's is not,
+    so no class is resolvable either."""
     n_cls = len(dyn_j)
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
@@ -176,6 +180,10 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
             w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
                  f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
                  f"{held_idle[1]:.0f} W")
+        elif clamp_samples[0]:
+            w = (f"clock clamps in the horizon ({clamp_samples[0]} of {clamp_samples[1]} "
+                 "clock samples): the live view does not fit clamped instances apart "
+                 "(the batch engine does)")
         elif preset is not None and preset.consumer_boost:
             w = ("consumer-card boost: the live engine does not model the slow stage and "
                  "tail (the batch engine fits them approximately)")

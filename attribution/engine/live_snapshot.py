@@ -120,7 +120,8 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     has_power = p.field != "none"
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
                  window_ms=p.window_ms, preset=p.preset, has_power=has_power,
-                 computed=computed, held_idle=p.held_idle_w)
+                 computed=computed, held_idle=p.held_idle_w,
+                 clamp_samples=p.clamp_samples)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     for c in range(n):
@@ -197,7 +198,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                 f"GPU {p.device}: clock clamp (power cap or thermal slowdown) in "
                 f"{p.clamp_samples[0]} of {p.clamp_samples[1]} clock samples; the live view "
                 "fits one ΔP per kernel class across clamped and free instances (the batch "
-                "engine, `ppwtop attribute`, fits them apart): per-class energy may be biased")
+                "engine, `ppwtop attribute`, fits them apart): per-class energy may be biased, "
+                "no class is marked resolvable")
         en = Trace(energy=EnergyBatch.from_columns({
             "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
