@@ -2,7 +2,9 @@
 statistics, and the ``resolvable`` verdict per class.
 
 Owns the numerics that :mod:`attribution.engine.live` runs on its ring of per-reading rows.
-The point fit is :func:`attribution.engine.regress.fit` itself (same priors, same NNLS); the
+The point fit is :func:`attribution.engine.regress.fit` on Gram statistics: the same prior rows
+(:func:`regress.prior_system`, whose centre the caller takes per kind from
+:func:`regress.pooled_by_kind_gram`, as the batch engine does), the same NNLS minimiser; the
 bootstrap is the batch engine's block bootstrap re-expressed on sufficient statistics: the
 readings are cut into non-overlapping blocks, each block keeps its Gram matrix ``AᵀA`` and
 ``Aᵀy`` (``A = [1, x]``), and a replicate is a multinomial draw of blocks, i.e. one matrix
