@@ -141,6 +141,15 @@ def test_gram_solve_is_regress_fit() -> None:
             sol = solve_gram(*gram(x, y), prior)
             assert sol[0] == pytest.approx(f.p_idle_w, rel=1e-7)
             assert np.allclose(sol[1:], f.dp_w, rtol=1e-6, atol=1e-6)
+        # the batch engine's per-kind prior centres and held P_idle, from the Gram form
+        kind = np.arange(g) % 2
+        centre = regress.pooled_by_kind(x, y, kind)
+        assert np.allclose(regress.pooled_by_kind_gram(*gram(x, y), kind), centre, rtol=1e-7)
+        for w in (regress.IDLE_PRIOR_READINGS, 100.0 * len(y)):
+            f = regress.fit(x, y, 90.0, pooled=centre * 2.0, idle_weight=w)
+            sol = solve_gram(*gram(x, y), 90.0, pooled=centre * 2.0, idle_weight=w)
+            assert sol[0] == pytest.approx(f.p_idle_w, rel=1e-7)
+            assert np.allclose(sol[1:], f.dp_w, rtol=1e-6, atol=1e-6)
 
 
 def test_gram_bootstrap_spread_matches_the_reading_bootstrap() -> None:
@@ -217,3 +226,42 @@ def test_no_power_gives_times_and_a_warning() -> None:
     assert any("no power readings" in w for w in live.warnings)
     assert sum(k.time_s for k in live.kernels) > 0.5
     assert all(not k.resolvable for k in live.kernels)
+
+
+def test_degenerate_fit_holds_idle_and_flags_every_class_as_batch_does() -> None:
+    """Readings 100 W above what the activity explains put the fitted P_idle far from the
+    board's 62 W: both engines hold it at the board's value and resolve no class."""
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=20.0, seed=3).trace
+    trace.power.power_mw[:] += 100_000
+    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=15.0))
+    assert live is not None
+    batch = batch_on(trace, (live.window.start_ns, live.window.end_ns))
+    for snap in (live, batch):
+        assert snap.totals.active_idle_w == pytest.approx(62.0, abs=3.0)
+        assert snap.kernels and not any(r.resolvable for r in [*snap.kernels, *snap.copies])
+        assert all(r.why.startswith("fit is degenerate") for r in snap.kernels)
+
+
+def test_clock_clamps_are_reported_not_silently_merged() -> None:
+    """The live view does not fit clamped kernel instances apart (the batch engine does): a
+    horizon with clamp episodes says so; one without does not."""
+    from attribution.engine.clamp import CLAMP_MASK
+
+    trace = simulate(scenario="demo", gpu="h100", seconds=40.0, seed=4).trace
+    c = trace.clocks
+    clamped_t = c.t_ns[(c.clock_reasons & CLAMP_MASK) != 0]
+    assert len(clamped_t)  # the scenario has clamp episodes
+    live = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0))
+    assert live is not None
+    in_win = (clamped_t >= live.window.start_ns) & (clamped_t <= live.window.end_ns)
+    said = [w for w in live.warnings if "clock clamp" in w]
+    assert in_win.any() and len(said) == 1
+    # one ΔP per class across clamped and free instances is biased (demo/h100, 60 s horizon:
+    # the worst class 42 % off the batch engine's clamp-split fit): no class is resolvable
+    assert live.kernels and not any(r.resolvable for r in [*live.kernels, *live.copies])
+    assert all(r.why.startswith("clock clamps in the horizon") for r in live.kernels)
+    clean = simulate(scenario="varied_mix", gpu="a100", seconds=15.0, seed=4).trace
+    assert not ((clean.clocks.clock_reasons & CLAMP_MASK) != 0).any()
+    quiet = drive(clean, LiveEngine(devices=clean.devices, horizon_s=10.0))
+    assert quiet is not None and not any("clock clamp" in w for w in quiet.warnings)
+    assert any(r.resolvable for r in quiet.kernels)

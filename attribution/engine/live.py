@@ -34,9 +34,25 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from attribution.engine import regress
 from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
-from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
-from attribution.engine.live_fit import bootstrap_gram, class_groups, gram, solve_gram, to_groups
+from attribution.engine.build import (
+    BLOCK_S,
+    HELD_IDLE_READINGS,
+    IDLE_SANITY,
+    LAG_SLACK_MS,
+    PRIOR_SPAN,
+    _fit_window,
+)
+from attribution.engine.clamp import CLAMP_MASK
+from attribution.engine.live_fit import (
+    bootstrap_gram,
+    class_groups,
+    gram,
+    group_kinds,
+    solve_gram,
+    to_groups,
+)
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_ring import (
     N_CAUSES,
@@ -116,6 +132,8 @@ class DeviceState:
         self.boot: deque[tuple[float, F64]] = deque()
         self.search: LagSearch | None = None
         self.steps = StepRing()
+        self.clock_t = np.empty(0, np.int64)
+        self.clock_clamped = np.empty(0, bool)
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -142,6 +160,14 @@ class DeviceState:
             rd = _Readings(self.field, self.pend_t, self.pend_w,
                            float(np.median(np.diff(self.pend_t)) / 1e6))
             self.period_ms, self.window_ms, self.source = sensor_model(self.preset, rd)
+        c = tr.clocks
+        if len(c):
+            cm = c.device == self.device
+            if not bool(cm.any()):
+                cm = c.device < 0  # as clamp.clamped_items: a log without a device column
+            self.clock_t = np.concatenate([self.clock_t, c.t_ns[cm]])
+            self.clock_clamped = np.concatenate(
+                [self.clock_clamped, (c.clock_reasons[cm] & CLAMP_MASK) != 0])
         e = tr.energy
         em = e.device == self.device
         if bool(em.any()):
@@ -404,6 +430,8 @@ class LiveEngine:
             st.slabs.expire(lo)
             st.rows.expire(lo)
             st.steps.expire(lo)
+            keep_c = st.clock_t >= lo
+            st.clock_t, st.clock_clamped = st.clock_t[keep_c], st.clock_clamped[keep_c]
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -420,18 +448,22 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            parts.append(self._device_part(st, sums, xs, y))
+            in_win = st.clock_t <= win[1]
+            clamps = (int(st.clock_clamped[in_win].sum()), int(in_win.sum()))
+            parts.append(self._device_part(st, sums, xs, y, clamps))
         return assemble(parts, win)
 
     def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
-                    group: I32) -> CiState:
+                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64]
+                    ) -> CiState:
         """Draw this tick's share of bootstrap replicates into the device's pool (the last
         ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
-        the fits at lag ± LAG_SLACK_MS."""
+        the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``PRIOR_SPAN`` (as the
+        batch engine does)."""
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms, 1e-3)))
         self._draws += 1
         pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.boot_per_tick, block=block,
-                                 seed=self._draws)
+                                 seed=self._draws, pooled=centre, idle_weight=idle_w)
         for p, d in zip(pb.tolist(), dpb[:, group], strict=True):
             st.boot.append((p, d))
         while len(st.boot) > self.n_boot:
@@ -440,7 +472,12 @@ class LiveEngine:
         pool = np.full((len(st.boot), n), np.nan)
         for i, (_, d) in enumerate(st.boot):
             pool[i, :len(d)] = d
-        lag = np.array([solve_gram(*gram(x, y), prior)[1:][group] for x in xg[1:]])
+        m0, v0 = gram0
+        ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w)
+                for x in xg[1:]]
+        ends += [solve_gram(m0, v0, prior, pooled=centre * k, idle_weight=idle_w)
+                 for k in PRIOR_SPAN]
+        lag = np.array([e[1:][group] for e in ends])
         fin = np.isfinite(pool)
         seen = fin.sum(axis=0)
         lo = np.full(n, np.nan)
@@ -457,21 +494,34 @@ class LiveEngine:
                        (float(np.percentile(p_all, 5.0)), float(np.percentile(p_all, 95.0))),
                        seen >= min(self.n_boot, 20))
 
-    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
-                     ) -> DevicePart:
+    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
+                     clamps: tuple[int, int] = (0, 0)) -> DevicePart:
         time_s = sums["time_s"]
         labels = tuple(st.classes.labels)
         group, n_groups = class_groups(time_s, labels)
         prior = st.preset.active_idle_w if st.preset is not None else None
         xg = [to_groups(x, group, n_groups) for x in xs]
         ci: CiState | None = None
+        held: tuple[float, float] | None = None
         if len(y) >= 1 and n_groups:
             m, v = gram(xg[0], y)
-            sol = solve_gram(m, v, prior)
+            # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
+            kinds = group_kinds(time_s, labels, tuple(st.classes.source), group, n_groups)
+            centre = regress.pooled_by_kind_gram(m, v, kinds)
+            idle_w = regress.IDLE_PRIOR_READINGS
+            sol = solve_gram(m, v, prior, pooled=centre)
+            if prior is not None and len(y) >= 8 and abs(sol[0] - prior) > IDLE_SANITY * prior:
+                # as the batch engine: the readings cannot place P_idle; hold it at the
+                # board's value and flag every class
+                fitted = float(sol[0])
+                idle_w = HELD_IDLE_READINGS * len(y)
+                sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
+                held = (fitted, float(sol[0]))
             p_idle, dp = float(sol[0]), sol[1:]
             sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
             rms = float(np.sqrt(max(sse, 0.0) / len(y)))
-            ci = self._refresh_ci(st, xg, y, prior, group)
+            ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w,
+                                 gram0=(m, v))
         elif len(y) >= 1:
             p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
         else:
@@ -489,4 +539,5 @@ class LiveEngine:
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
             step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
             step_busy_s=_pad(st.steps.view()[2], len(labels)),
-            step_items=st.steps.view()[3].copy(), step_source=st.steps.source)
+            step_items=st.steps.view()[3].copy(), step_source=st.steps.source,
+            held_idle_w=held, clamp_samples=clamps)

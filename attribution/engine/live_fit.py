@@ -2,7 +2,9 @@
 statistics, and the ``resolvable`` verdict per class.
 
 Owns the numerics that :mod:`attribution.engine.live` runs on its ring of per-reading rows.
-The point fit is :func:`attribution.engine.regress.fit` itself (same priors, same NNLS); the
+The point fit is :func:`attribution.engine.regress.fit` on Gram statistics: the same prior rows
+(:func:`regress.prior_system`, whose centre the caller takes per kind from
+:func:`regress.pooled_by_kind_gram`, as the batch engine does), the same NNLS minimiser; the
 bootstrap is the batch engine's block bootstrap re-expressed on sufficient statistics: the
 readings are cut into non-overlapping blocks, each block keeps its Gram matrix ``AᵀA`` and
 ``Aᵀy`` (``A = [1, x]``), and a replicate is a multinomial draw of blocks, i.e. one matrix
@@ -32,8 +34,8 @@ from attribution.engine.build import (
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
-__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "solve_gram",
-           "verdicts"]
+__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "group_kinds",
+           "prior_gram", "solve_gram", "verdicts"]
 
 
 def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
@@ -65,22 +67,12 @@ def _nnls_gram(m: F64, v: F64) -> F64:
     return np.asarray(sol / d, np.float64)
 
 
-def _pooled_from_gram(m: F64, v: F64) -> float:
-    """``regress.pooled_fit``'s slope (clamped ≥ 0) from the Gram statistics of ``[1, x]``."""
-    n = m[0, 0]
-    s1 = float(m[0, 1:].sum())
-    s2 = float(m[1:, 1:].sum())
-    sy = float(v[1:].sum())
-    den = n * s2 - s1 * s1
-    if n < 2 or den <= 1e-12 * max(n * s2, 1e-300):
-        return 0.0
-    return float(max((n * sy - s1 * float(v[0])) / den, 0.0))
-
-
 def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
-                   seed: int = 0) -> tuple[F64, F64]:
-    """Block-bootstrap replicates of (P_idle, ΔP) as :func:`regress.bootstrap` draws them,
-    with non-overlapping blocks and the fit done on summed block statistics."""
+                   seed: int = 0, pooled: float | F64 | None = None,
+                   idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+    """Block-bootstrap replicates of (P_idle, ΔP) as :func:`regress.bootstrap` draws them
+    (same ``pooled`` centre and ``idle_weight`` for every replicate), with non-overlapping
+    blocks and the fit done on summed block statistics."""
     k, g = x.shape
     p = np.zeros(n_boot)
     dp = np.zeros((n_boot, g))
@@ -100,8 +92,10 @@ def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int,
     counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
     m_all = (counts @ gram).reshape(n_boot, g + 1, g + 1)
     v_all = counts @ aty
+    fixed = None if pooled is None else prior_gram(g, pooled, p_idle_prior_w, idle_weight)
     for b in range(n_boot):
-        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w)
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight,
+                         prior=fixed)
         p[b] = sol[0]
         dp[b] = sol[1:]
     return p, dp
@@ -113,19 +107,38 @@ def gram(x: F64, y: F64) -> tuple[F64, F64]:
     return np.asarray(a.T @ a, np.float64), np.asarray(a.T @ y, np.float64)
 
 
-def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None) -> F64:
-    """:func:`regress.fit` (pooled ΔP prior, P_idle prior, NNLS) from ``gram(x, y)`` alone:
-    ``[P_idle, ΔP_1, …]``."""
-    g = len(v) - 1
-    m = m.copy()
-    v = v.copy()
-    pooled = _pooled_from_gram(m, v)
-    m[1:, 1:] += regress.PRIOR_READINGS * np.eye(g)
-    v[1:] += regress.PRIOR_READINGS * pooled
-    if p_idle_prior_w is not None:
-        m[0, 0] += regress.IDLE_PRIOR_READINGS
-        v[0] += regress.IDLE_PRIOR_READINGS * p_idle_prior_w
-    return _nnls_gram(m, v)
+def prior_gram(g: int, pooled: float | F64, p_idle_prior_w: float | None,
+               idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+    """``(A_pᵀA_p, A_pᵀb_p)`` of the batch fit's prior rows (:func:`regress.prior_system`)."""
+    a_p, b_p = regress.prior_system(g, pooled, p_idle_prior_w, idle_weight=idle_weight)
+    return np.asarray(a_p.T @ a_p, np.float64), np.asarray(a_p.T @ b_p, np.float64)
+
+
+def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None, *,
+               pooled: float | F64 | None = None,
+               idle_weight: float = regress.IDLE_PRIOR_READINGS,
+               prior: tuple[F64, F64] | None = None) -> F64:
+    """:func:`regress.fit` from ``gram(x, y)`` alone -- the same prior rows
+    (:func:`regress.prior_system`: ``pooled`` centre, default the all-busy pooled ΔP, and
+    ``idle_weight``; or ``prior`` = :func:`prior_gram` already built), the same NNLS
+    minimiser: ``[P_idle, ΔP_1, …]``."""
+    if prior is None:
+        if pooled is None:
+            pooled = regress.pooled_fit_gram(m, v)
+        prior = prior_gram(len(v) - 1, pooled, p_idle_prior_w, idle_weight)
+    return _nnls_gram(m + prior[0], v + prior[1])
+
+
+def group_kinds(class_time_s: F64, labels: tuple[str, ...], class_source: tuple[int, ...],
+                group: I32, n_groups: int) -> I64:
+    """Prior kind of each group, as the batch engine's ``_unit_groups`` assigns it
+    (``2 × source``; the live engine does not split clamped instances): a shared "rest" group
+    takes the kind of its least busy class."""
+    kind = np.zeros(n_groups, np.int64)
+    order = sorted(range(len(labels)), key=lambda c: (-float(class_time_s[c]), labels[c]))
+    for c in order:
+        kind[group[c]] = 2 * class_source[c]
+    return kind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,10 +152,15 @@ class ClassVerdict:
 
 def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
              window_ms: float, preset: GpuPreset | None, has_power: bool,
-             computed: I64) -> ClassVerdict:
+             computed: I64, held_idle: tuple[float, float] | None = None,
+             clamp_samples: tuple[int, int] = (0, 0)) -> ClassVerdict:
     """The batch engine's ``resolvable`` rules applied to the live fit.  ``computed`` marks
     the classes whose interval the last bootstrap covered (newer ones are not resolvable
-    until the next interval refresh)."""
+    until the next interval refresh); ``held_idle`` = (fitted, held) P_idle when the fit was
+    degenerate and P_idle was held at the board's value (no class is then resolvable);
+    ``clamp_samples`` = (clamped, all) clock samples over the horizon: with any clamp the
+    live fit (one ΔP per class, no clamp units) is biased where the batch engine's is not,
+    so no class is resolvable either."""
     n_cls = len(dyn_j)
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
@@ -159,8 +177,18 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
             w = "no power readings"
         elif window_ms >= LONG_WINDOW_MS:
             w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif held_idle is not None:
+            prior = preset.active_idle_w if preset is not None else held_idle[1]
+            w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
+                 f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
+                 f"{held_idle[1]:.0f} W")
+        elif clamp_samples[0]:
+            w = (f"clock clamps in the horizon ({clamp_samples[0]} of {clamp_samples[1]} "
+                 "clock samples): the live view does not fit clamped instances apart "
+                 "(the batch engine does)")
         elif preset is not None and preset.consumer_boost:
-            w = "consumer-card boost ramp and tail are not modelled yet"
+            w = ("consumer-card boost: the live engine does not model the slow stage and "
+                 "tail (the batch engine fits them approximately)")
         elif n_cls > MAX_GROUPS and g == MAX_GROUPS:
             w = "pooled with other rarely-run classes"
         elif g in cluster_of:

@@ -90,6 +90,10 @@ class DevicePart:
     step_busy_s: F64  # (steps, classes)
     step_items: F64  # NaN where a step has no item count
     step_source: str
+    held_idle_w: tuple[float, float] | None = None
+    """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
+    clamp_samples: tuple[int, int] = (0, 0)
+    """(clock samples reporting a clamp reason, clock samples) over the horizon."""
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -116,7 +120,8 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     has_power = p.field != "none"
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
                  window_ms=p.window_ms, preset=p.preset, has_power=has_power,
-                 computed=computed)
+                 computed=computed, held_idle=p.held_idle_w,
+                 clamp_samples=p.clamp_samples)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     for c in range(n):
@@ -188,6 +193,13 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                                        p.lag_ms if has_power else 0.0)))
         if not has_power:
             warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
+        if p.clamp_samples[0]:
+            warnings.append(
+                f"GPU {p.device}: clock clamp (power cap or thermal slowdown) in "
+                f"{p.clamp_samples[0]} of {p.clamp_samples[1]} clock samples; the live view "
+                "fits one ΔP per kernel class across clamped and free instances (the batch "
+                "engine, `ppwtop attribute`, fits them apart): per-class energy may be biased, "
+                "no class is marked resolvable")
         en = Trace(energy=EnergyBatch.from_columns({
             "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))

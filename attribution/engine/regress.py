@@ -7,8 +7,10 @@ under-determined classes sane: each ``ΔP_g`` is pulled toward a centre -- the p
 all busy time, or per group (:func:`pooled_by_kind`: the pooled ΔP of the group's kind, kernels
 or copies, so a low-power copy is not dragged toward the kernels' power) -- with the weight of
 ``PRIOR_READINGS`` readings fully occupied by g, and ``P_idle`` toward the preset's
-active-idle power (when known) with the weight of ``IDLE_PRIOR_READINGS`` idle readings.  Also
-owns the moving-block bootstrap over readings.
+active-idle power (when known) with the weight of ``IDLE_PRIOR_READINGS`` idle readings
+(:func:`prior_system` builds these rows; the live engine adds them to its Gram matrix).  Also
+owns the moving-block bootstrap over readings and the Gram-statistics forms of the prior
+centres (:func:`pooled_fit_gram`, :func:`pooled_by_kind_gram`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def pooled_fit(x: F64, y: F64) -> tuple[float, float]:
     return float(max(coef[0], 0.0)), float(max(coef[1], 0.0))
 
 
+def _kind_slope(ata: F64, aty: F64) -> float:
+    """Last coefficient of the (lightly ridged) normal equations ``ata · c = aty``, ≥ 0."""
+    lam = 1e-6 * float(np.trace(ata)) / ata.shape[0]
+    coef = np.linalg.solve(ata + lam * np.eye(ata.shape[0]), aty)
+    return max(float(coef[-1]), 0.0)
+
+
 def pooled_by_kind(x: F64, y: F64, kind: I64) -> F64:
     """Prior centre per group: for each kind j (e.g. kernels, copies), the ΔP of kind j's
     pooled activity ``Σ_{g: kind_g = j} x_g`` in a least-squares fit where every group of the
@@ -62,11 +71,65 @@ def pooled_by_kind(x: F64, y: F64, kind: I64) -> F64:
         a_mat = np.column_stack([np.ones(len(y)), x[:, ~mine], s])
         if len(y) < a_mat.shape[1] + 2 or float(np.ptp(s)) < 1e-9:
             continue
-        ata = a_mat.T @ a_mat
-        lam = 1e-6 * float(np.trace(ata)) / ata.shape[0]
-        coef = np.linalg.solve(ata + lam * np.eye(ata.shape[0]), a_mat.T @ y)
-        out[mine] = max(float(coef[-1]), 0.0)
+        out[mine] = _kind_slope(a_mat.T @ a_mat, a_mat.T @ y)
     return out
+
+
+def pooled_fit_gram(m: F64, v: F64) -> float:
+    """:func:`pooled_fit`'s slope (clamped ≥ 0) from ``m = AᵀA``, ``v = Aᵀy`` of
+    ``A = [1, x]`` alone (0 when the busy sum does not vary)."""
+    n = m[0, 0]
+    s1 = float(m[0, 1:].sum())
+    s2 = float(m[1:, 1:].sum())
+    sy = float(v[1:].sum())
+    den = n * s2 - s1 * s1
+    if n < 2 or den <= 1e-12 * max(n * s2, 1e-300):
+        return 0.0
+    return float(max((n * sy - s1 * float(v[0])) / den, 0.0))
+
+
+def pooled_by_kind_gram(m: F64, v: F64, kind: I64) -> F64:
+    """:func:`pooled_by_kind` from the Gram statistics of ``[1, x]`` alone (for fits that
+    keep only ``AᵀA`` and ``Aᵀy``): each kind's design ``[1, x_other, Σ x_mine]`` is a linear
+    map ``T`` of ``[1, x]``, so its normal equations are ``TᵀmT``, ``Tᵀv``."""
+    g = len(v) - 1
+    out = np.full(g, pooled_fit_gram(m, v))
+    kinds = np.unique(kind) if g else np.zeros(0, np.int64)
+    if len(kinds) < 2:
+        return out
+    n = float(m[0, 0])
+    for j in kinds:
+        mine = kind == j
+        others = np.flatnonzero(~mine)
+        t = np.zeros((g + 1, len(others) + 2))
+        t[0, 0] = 1.0
+        t[others + 1, np.arange(1, len(others) + 1)] = 1.0
+        t[np.flatnonzero(mine) + 1, -1] = 1.0
+        ata = t.T @ m @ t
+        var_s = n * ata[-1, -1] - ata[0, -1] ** 2  # n² × variance of the pooled activity
+        if n < t.shape[1] + 2 or var_s <= 1e-12 * max(n * ata[-1, -1], 1e-300):
+            continue
+        out[mine] = _kind_slope(ata, t.T @ v)
+    return out
+
+
+def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
+                 idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+    """The priors of :func:`fit` as extra rows ``(A_p, b_p)`` over ``[P_idle, ΔP_1…ΔP_g]``:
+    ΔP toward ``pooled`` (one value or one per group) with weight ``PRIOR_READINGS``, and
+    P_idle toward ``p_idle_prior_w`` (if given) with weight ``idle_weight``."""
+    centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
+    n = g + (p_idle_prior_w is not None)
+    a_p = np.zeros((n, g + 1))
+    b_p = np.empty(n)
+    w = np.sqrt(PRIOR_READINGS)
+    a_p[np.arange(g), np.arange(1, g + 1)] = w
+    b_p[:g] = w * centre
+    if p_idle_prior_w is not None:
+        wi = np.sqrt(idle_weight)
+        a_p[g, 0] = wi
+        b_p[g] = wi * p_idle_prior_w
+    return a_p, b_p
 
 
 def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
@@ -78,17 +141,9 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
     if pooled is None:
         _, pooled = pooled_fit(x, y)
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
-    w = np.sqrt(PRIOR_READINGS)
-    rows = [np.column_stack([np.ones(k), x])]
-    rhs = [y]
-    rows.append(np.column_stack([np.zeros(g), w * np.eye(g)]))
-    rhs.append(w * centre)
-    if p_idle_prior_w is not None:
-        wi = np.sqrt(idle_weight)
-        rows.append(np.r_[wi, np.zeros(g)][None, :])
-        rhs.append(np.array([wi * p_idle_prior_w]))
-    a_mat = np.vstack(rows)
-    b = np.concatenate(rhs)
+    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight)
+    a_mat = np.vstack([np.column_stack([np.ones(k), x]), a_p])
+    b = np.concatenate([y, b_p])
     scale = np.maximum(np.sqrt((a_mat ** 2).sum(axis=0)), 1e-12)
     sol, _ = nnls(a_mat / scale, b, maxiter=50 * (g + 1))
     sol = sol / scale
