@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.live_fit import verdicts
-from attribution.engine.rows import _measured_energy_j
+from attribution.engine.rows import _measured_energy_j, close_totals
 from attribution.model import F64, I32, I64, EnergyBatch, Trace
 from attribution.precision import precision_of
 from attribution.presets import GpuPreset
@@ -32,7 +32,6 @@ from attribution.snapshot import (
     SensorInfo,
     Snapshot,
     Steps,
-    Totals,
     Window,
     rows_by_energy,
 )
@@ -208,18 +207,10 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             have_measured = False
         else:
             measured += mj
-    k_j = float(sum(x.energy_j for x in kernels))
-    c_j = float(sum(x.energy_j for x in copies))
-    i_j = float(sum(x.energy_j for x in idle))
-    total = k_j + c_j + i_j
-    if not have_measured:
-        measured = 0.0
-    closure = (total - measured) / measured if measured > 0 else 0.0
-    if measured > 0 and abs(closure) > 0.1:
-        warnings.append(f"attributed energy differs from the energy counter by {closure:+.1%}")
-    totals = Totals(energy_j=total, kernel_energy_j=k_j, copy_energy_j=c_j, idle_energy_j=i_j,
-                    active_idle_w=float(sum(p.p_idle_w for p in parts)),
-                    measured_energy_j=measured, closure_error=closure)
+    totals = close_totals(kernels, copies, idle,
+                          active_idle_w=float(sum(p.p_idle_w for p in parts)),
+                          measured_j=measured if have_measured else 0.0, warnings=warnings)
+    total = totals.energy_j
     meta = {
         "engine": ENGINE,
         "readings": {str(p.device): p.n_readings for p in parts},

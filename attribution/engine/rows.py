@@ -86,6 +86,23 @@ def _measured_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) ->
     return float(b - a) / 1e3
 
 
+def close_totals(kernels: list[KernelRow], copies: list[CopyRow], idle: list[IdleRow], *,
+                 active_idle_w: float, measured_j: float, warnings: list[str]) -> Totals:
+    """The contract totals (kernels + copies + idle = total) and the closure against the
+    energy counter's ``measured_j`` (0: none), warning past 10 %; shared with the live
+    engine."""
+    k_j = float(sum(x.energy_j for x in kernels))
+    c_j = float(sum(x.energy_j for x in copies))
+    i_j = float(sum(x.energy_j for x in idle))
+    total = k_j + c_j + i_j
+    closure = (total - measured_j) / measured_j if measured_j > 0 else 0.0
+    if measured_j > 0 and abs(closure) > 0.1:
+        warnings.append(f"attributed energy differs from the energy counter by {closure:+.1%}")
+    return Totals(energy_j=total, kernel_energy_j=k_j, copy_energy_j=c_j, idle_energy_j=i_j,
+                  active_idle_w=active_idle_w, measured_energy_j=measured_j,
+                  closure_error=closure)
+
+
 def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
                    step_range: str | None = None, owners: OwnerMap | None = None) -> Snapshot:
     """Aggregate per-record energies into the contract snapshot (steps: attribution.steps;
@@ -117,18 +134,10 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
             have_measured = False
         else:
             measured += mj
-    k_j = float(sum(x.energy_j for x in kernels))
-    c_j = float(sum(x.energy_j for x in copies))
-    i_j = float(sum(x.energy_j for x in idle_rows))
-    total = k_j + c_j + i_j
-    if not have_measured:
-        measured = 0.0
-    closure = (total - measured) / measured if measured > 0 else 0.0
-    if measured > 0 and abs(closure) > 0.1:
-        warnings.append(f"attributed energy differs from the energy counter by {closure:+.1%}")
-    totals = Totals(energy_j=total, kernel_energy_j=k_j, copy_energy_j=c_j, idle_energy_j=i_j,
-                    active_idle_w=float(sum(r.p_idle_w for r in arrays.devices)),
-                    measured_energy_j=measured, closure_error=closure)
+    totals = close_totals(kernels, copies, idle_rows,
+                          active_idle_w=float(sum(r.p_idle_w for r in arrays.devices)),
+                          measured_j=measured if have_measured else 0.0, warnings=warnings)
+    total = totals.energy_j
     meta = {
         "engine": "regress/1",
         "readings": {str(r.device): r.n_readings for r in arrays.devices},
