@@ -42,11 +42,10 @@ def _live_engine(**kw: Any) -> Any:
 
 
 def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
-    try:
-        from attribution.engine import attribute
-        from attribution.sim import simulate
-    except ImportError as e:  # pragma: no cover - both modules are in the repo
-        raise PpwtopError(f"the simulator or engine is not available: {e}") from None
+    """The simulator and the batch engine, imported on first use (a shorter start-up)."""
+    from attribution.engine import attribute
+    from attribution.sim import simulate
+
     return simulate, attribute
 
 
