@@ -138,6 +138,8 @@ async def run_worker(rate: float, seconds: float, horizon_s: float, engine: bool
         "rss_warm_mb": warm_rss[0] if warm_rss else float("nan"),
         "rss_end_mb": rss[-1][1], "rss_max_mb": max(m for _, m in rss),
         "rss_slope_mb_per_min": slope,
+        "live_ticks": feed.live.live_ticks, "engine_restarts": feed.live.engine_restarts,
+        "feed_cost_ms": feed.live.feed_cost_s * 1e3,
     }
 
 
@@ -161,6 +163,9 @@ ROWS = [
     ("rss_max_second_half_mb", "RSS max, 2nd half (MB)", "{:.0f}"),
     ("rss_slope_mb_per_min", "RSS slope after warm-up (MB/min)", "{:+.1f}"),
     ("collector_behind_s", "collector behind real time at the end (s)", "{:.2f}"),
+    ("live_ticks", "snapshots from the live engine (whole run)", "{:.0f}"),
+    ("engine_restarts", "live engine restarts (fell > 10 s behind)", "{:.0f}"),
+    ("feed_cost_ms", "last hand-over of records to the engine (ms)", "{:.0f}"),
 ]
 
 
