@@ -8,6 +8,7 @@ read.  ``--backend sim`` runs the whole live path against the simulator (no GPU 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ppwtop.cli.common import Parser, parser, positive_float
 from ppwtop.errors import PpwtopError
@@ -24,6 +25,23 @@ def add_live_options(ap: Parser) -> None:
                     help="with --backend sim: simulator scenario (default: demo)")
     ap.add_argument("--seed", type=int, default=0,
                     help="with --backend sim: simulator seed (default: 0)")
+
+
+def add_session_options(ap: Parser, what: str) -> None:
+    """``--record``, ``--headless``, ``--seconds`` of the interactive live commands (``what``:
+    "command" for run, "target" for attach)."""
+    ap.add_argument("--record", type=Path, default=None, metavar="FILE",
+                    help="write a .ppw recording of the session")
+    ap.add_argument("--headless", action="store_true",
+                    help=f"no screen: collect (and record) until the {what} exits or --seconds")
+    ap.add_argument("--seconds", type=positive_float, default=None,
+                    help=f"stop collecting after S seconds (the {what} keeps running)")
+
+
+def check_headless(args: Any, verb: str) -> None:
+    if args.headless and args.record is None:
+        raise PpwtopError(f"ppwtop {verb}: --headless needs --record FILE (nothing would be "
+                          "kept)")
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -47,17 +65,11 @@ def check_gpu(gpu: str | None) -> None:
 def main(argv: list[str]) -> int:
     ap = parser("run", "Launch a command with the in-process agent: live TUI, or headless "
                        "recording.  Usage: ppwtop run [options] -- CMD [ARGS...]")
-    ap.add_argument("--record", type=Path, default=None, metavar="FILE",
-                    help="write a .ppw recording of the run")
-    ap.add_argument("--headless", action="store_true",
-                    help="no screen: collect (and record) until the command exits or --seconds")
-    ap.add_argument("--seconds", type=positive_float, default=None,
-                    help="stop collecting after S seconds (the command keeps running)")
+    add_session_options(ap, "command")
     add_live_options(ap)
     opts, command = split_command(argv)
     args = ap.parse_args(opts)
-    if args.headless and args.record is None:
-        raise PpwtopError("ppwtop run: --headless needs --record FILE (nothing would be kept)")
+    check_headless(args, "run")
     check_gpu(args.gpu)
     from ppwtop.live.launch import run_command
 
