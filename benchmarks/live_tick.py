@@ -23,12 +23,10 @@ import time
 import numpy as np
 
 from attribution.engine import attribute
+from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
-from attribution.model import Trace
 from attribution.sim import simulate
-
-ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
-SAMPLES = ("power", "energy", "clocks")
+from ppwtop.demo_feed import TraceFeed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,11 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     assert span is not None
     print(f"{args.scenario} on {args.gpu}: {len(tr.kernels)} kernels over "
           f"{(span[1] - span[0]) / 1e9:.0f} s; horizon {args.horizon:.0f} s, tick {args.tick} s")
-    by_end = {n: getattr(tr, n).take(np.argsort(getattr(tr, n).end_ns, kind="stable"))
-              for n in ITEMS}
-    by_t = {n: getattr(tr, n).take(np.argsort(getattr(tr, n).t_ns, kind="stable"))
-            for n in SAMPLES}
-    by_start = {n: getattr(tr, n).sorted_by("start_ns") for n in ITEMS}
+    deltas = Deltas(tr)
+    horizon = TraceFeed(tr, label="batch", horizon_s=args.horizon)  # the feed's batch window
     eng = LiveEngine(devices=tr.devices, horizon_s=args.horizon, n_boot=args.n_boot,
                      lag_units_per_tick=args.lag_units_per_tick)
     tick_ns = int(args.tick * 1e9)
@@ -66,14 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     k = 0
     while now < span[1]:
         now = min(now + tick_ns, span[1])
-        parts = {}
-        for n, b in by_end.items():
-            i0, i1 = np.searchsorted(b.end_ns, [prev, now], side="right")
-            parts[n] = b.take(slice(int(i0), int(i1)))
-        for n, b in by_t.items():
-            i0, i1 = np.searchsorted(b.t_ns, [prev, now], side="right")
-            parts[n] = b.take(slice(int(i0), int(i1)))
-        delta = Trace(strings=tr.strings, devices=tr.devices, **parts)
+        delta = deltas.between(prev, now)
         refits = eng.refits
         searching = any(st.search is not None for st in eng.dev.values())
         t0 = time.perf_counter()
@@ -88,18 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             special.append(dt)
         k += 1
         if k in batch_at:  # the batch engine on the same horizon, as the feed ran it
-            lo = now - int(args.horizon * 1e9)
-            hp: dict[str, object] = {}
-            for n, b in by_start.items():
-                i0, i1 = np.searchsorted(b.start_ns, [lo, now], side="left")
-                sl = b.take(slice(int(i0), int(i1)))
-                hp[n] = sl.take(sl.end_ns <= now)
-            for n, b in by_t.items():
-                i0, i1 = np.searchsorted(b.t_ns, [lo, now], side="right")
-                hp[n] = b.take(slice(int(i0), int(i1)))
+            window = horizon.window(now)
             t0 = time.perf_counter()
-            attribute(Trace(strings=tr.strings, devices=tr.devices, **hp),  # type: ignore[arg-type]
-                      n_boot=args.n_boot)
+            attribute(window, n_boot=args.n_boot)
             batch.append(time.perf_counter() - t0)
     t = np.array(ticks) * 1e3
     plain = np.array(sorted(set(ticks) - set(special))) * 1e3

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from attribution.engine.deltas import Deltas
 from attribution.model import Columns, Trace
 from attribution.snapshot import Snapshot
 from ppwtop.errors import PpwtopError
@@ -92,13 +93,7 @@ class TraceFeed:
         self.last_cost_s = 0.0
         self._last_sim_ns = -1
         self.attributions = 0
-        # records in completion order for the live engine's deltas (an index, not a copy)
-        self._end_order: dict[str, tuple[Any, Any]] = {}
-        for name in _ITEM_BATCHES:
-            b = self._sorted[name]
-            end: Any = getattr(b, "end_ns")  # noqa: B009
-            order = np.argsort(end, kind="stable")
-            self._end_order[name] = (end[order], order)
+        self._deltas = Deltas(tr)  # what completed between two ticks
         self._live = _live_engine(gpu=gpu, devices=list(tr.devices), horizon_s=horizon_s,
                                   n_boot=n_boot)
         self._fed_ns = self.start_ns - 1
@@ -149,18 +144,7 @@ class TraceFeed:
 
     def delta(self, after_ns: int, end_ns: int) -> Trace:
         """Records that completed, and readings taken, in ``(after_ns, end_ns]``."""
-        parts: dict[str, Any] = {}
-        for name in _ITEM_BATCHES:
-            end, order = self._end_order[name]
-            i0, i1 = np.searchsorted(end, [after_ns, end_ns], side="right")
-            parts[name] = self._sorted[name].take(order[int(i0):int(i1)])
-        for name in _SAMPLE_BATCHES:
-            b = self._sorted[name]
-            t_ns: Any = getattr(b, "t_ns")  # noqa: B009
-            i0, i1 = np.searchsorted(t_ns, [after_ns, end_ns], side="right")
-            parts[name] = b.take(slice(int(i0), int(i1)))
-        return Trace(strings=self.trace.strings, devices=list(self.trace.devices),
-                     meta=dict(self.trace.meta), **parts)
+        return self._deltas.between(after_ns, end_ns)
 
     def live_snapshot_at(self, end_ns: int) -> Snapshot | None:
         """Feed what completed since the last call to the live engine and take its snapshot

@@ -3,42 +3,33 @@ contract's conventions, bounded state, and the feed wiring."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from attribution.engine import attribute, regress
+from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram
 from attribution.model import Trace
 from attribution.sim import simulate
 from attribution.snapshot import Snapshot
 
-ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
-SAMPLES = ("power", "energy", "clocks")
 TICK_NS = 500_000_000
 
 
 def drive(trace: Trace, engine: LiveEngine, tick_ns: int = TICK_NS) -> Snapshot | None:
     """Feed ``trace`` to ``engine`` tick by tick as a live collector would (records when they
     complete, readings when taken); return the last snapshot."""
-    by_end = {n: getattr(trace, n).take(np.argsort(getattr(trace, n).end_ns, kind="stable"))
-              for n in ITEMS}
-    by_t = {n: getattr(trace, n).take(np.argsort(getattr(trace, n).t_ns, kind="stable"))
-            for n in SAMPLES}
+    deltas = Deltas(trace)
     span = trace.gpu_span_ns()
     assert span is not None
     prev, now = span[0] - 1, span[0]
     snap = None
     while now < span[1]:
         now = min(now + tick_ns, span[1])
-        parts = {}
-        for n, b in by_end.items():
-            i0, i1 = np.searchsorted(b.end_ns, [prev, now], side="right")
-            parts[n] = b.take(slice(int(i0), int(i1)))
-        for n, b in by_t.items():
-            i0, i1 = np.searchsorted(b.t_ns, [prev, now], side="right")
-            parts[n] = b.take(slice(int(i0), int(i1)))
-        engine.update(Trace(strings=trace.strings, devices=trace.devices, **parts), now)
+        engine.update(deltas.between(prev, now), now)
         snap = engine.snapshot() or snap
         prev = now
     return snap
@@ -265,3 +256,21 @@ def test_clock_clamps_are_reported_not_silently_merged() -> None:
     quiet = drive(clean, LiveEngine(devices=clean.devices, horizon_s=10.0))
     assert quiet is not None and not any("clock clamp" in w for w in quiet.warnings)
     assert any(r.resolvable for r in quiet.kernels)
+
+
+def test_deltas_partition_the_trace_by_completion() -> None:
+    """Consecutive ``Deltas.between`` calls hand every record over exactly once, when it ends
+    (and every reading when taken), whatever the tick."""
+    tr = simulate(scenario="two_streams", gpu="a100", seconds=6.0, seed=1).trace
+    deltas = Deltas(tr)
+    ends = np.concatenate([getattr(tr, n).end_ns for n in ITEMS] + [tr.power.t_ns])
+    edges = np.linspace(int(ends.min()) - 1, int(ends.max()) + 1, 17).astype(np.int64)
+    got = [deltas.between(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    for n in ITEMS:
+        ends = np.concatenate([getattr(d, n).end_ns for d in got])
+        assert np.array_equal(np.sort(ends), np.sort(getattr(tr, n).end_ns))
+    for d, a, b in zip(got, edges[:-1], edges[1:], strict=True):
+        assert np.all((d.kernels.end_ns > a) & (d.kernels.end_ns <= b))
+        assert np.all((d.power.t_ns > a) & (d.power.t_ns <= b))
+    assert sum(len(d.power) for d in got) == int(np.count_nonzero(
+        (tr.power.t_ns > edges[0]) & (tr.power.t_ns <= edges[-1])))
