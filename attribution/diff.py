@@ -1,9 +1,10 @@
 """The verdict on two snapshots (``ppwtop.diff/1``): did the candidate use more energy?
 
 Owns the comparison of a baseline and a candidate :class:`~attribution.snapshot.Snapshot`:
-the metric (energy per step, else energy per second), the delta and its 90 % interval, the
-comparability score, the verdict, and the decomposition of the delta into mechanisms
-(``kernel:<name>``, ``copy:<kind>/<memory>``, ``idle.<cause>``, ``clamp.<reason>``).
+the metric (energy per step, else energy per second), the delta and its 90 % interval and the
+verdict.  The comparability score is :mod:`attribution.comparability`'s and the decomposition
+of the delta into mechanisms (``kernel:<name>``, ``copy:<kind>/<memory>``, ``idle.<cause>``,
+``clamp.<reason>``) is :mod:`attribution.mechanisms`'s.
 
 Method (docs/diff.md says it for users):
 
@@ -28,15 +29,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from attribution.comparability import comparability_factors, kernel_overlap
+from attribution.mechanisms import Mechanism, mechanism_energies, mechanisms
 from attribution.owners import OwnerMap
 from attribution.presets import PRESETS, get_preset
 from attribution.snapshot import Snapshot
+
+__all__ = [
+    "DiffResult", "Mechanism", "comparability_factors", "diff", "kernel_overlap",
+    "mechanism_energies", "mechanisms",
+]
 
 SCHEMA = "ppwtop.diff/1"
 VERDICTS = ("regression", "improvement", "neutral", "inconclusive")
@@ -50,37 +58,7 @@ FIT_RMS_RATIO, FIT_RMS_MIN_W = 3.0, 5.0  # a fit residual this much worse is cal
 DEFAULT_GAIN_SIGMA = 0.02  # board gain spread for a GPU model without a preset
 _BOOT_CELLS = 4_000_000  # resampled values held in memory at once
 
-# comparability factors for a mismatch (1.0 when they match or are not recorded)
-SENSOR_MISMATCH = 0.6
-DRIVER_MISMATCH = 0.85
-TEMP_NEAR_C, TEMP_FAR_C = 5.0, 15.0
-TEMP_MID, TEMP_FAR = 0.85, 0.6
-
 FloatArray = npt.NDArray[np.float64]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Mechanism:
-    mechanism: str
-    delta_j: float  # candidate - baseline, per step or per second (as the metric)
-    share_of_delta: float  # delta_j / sum of all mechanisms' delta_j, sign kept
-    baseline_j: float
-    candidate_j: float
-    owner: str | None = None
-    resolvable: bool = True  # False: a prior-based split on at least one side
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "mechanism": self.mechanism,
-            "delta_j": self.delta_j,
-            "share_of_delta": self.share_of_delta,
-            "baseline_j": self.baseline_j,
-            "candidate_j": self.candidate_j,
-            "resolvable": self.resolvable,
-        }
-        if self.owner is not None:
-            d["owner"] = self.owner
-        return d
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,205 +346,3 @@ def _verdict(
     reasons.append(f"the 90% interval [{lo:.4g}, {hi:.4g}] crosses the +-{noise_floor:.0%} "
                    f"noise band (+-{band:.4g}): more steps or a longer run would decide")
     return "inconclusive"
-
-
-# ---------------------------------------------------------------- comparability
-
-
-def comparability_factors(a: Snapshot, b: Snapshot) -> tuple[dict[str, float], list[str]]:
-    """Per-factor scores in [0, 1] (their product is the comparability) and the reasons."""
-    f: dict[str, float] = {}
-    why: list[str] = []
-    ma = sorted(g.model if g.model != "unknown" else g.name for g in a.gpus)
-    mb = sorted(g.model if g.model != "unknown" else g.name for g in b.gpus)
-    f["gpu_model"] = 1.0 if ma == mb else 0.0
-    if ma != mb:
-        why.append(f"GPU model differs: {', '.join(ma) or 'none'} vs {', '.join(mb) or 'none'}")
-    sa = sorted(g.sensor.field for g in a.gpus)
-    sb = sorted(g.sensor.field for g in b.gpus)
-    f["sensor_field"] = 1.0 if sa == sb else SENSOR_MISMATCH
-    if sa != sb:
-        why.append(f"power sensor field differs: {', '.join(sa)} vs {', '.join(sb)}")
-    da, db = _meta_str(a.meta, "driver_version", "driver"), _meta_str(b.meta, "driver_version",
-                                                                       "driver")
-    if da is not None and db is not None:
-        f["driver"] = 1.0 if da == db else DRIVER_MISMATCH
-        if da != db:
-            why.append(f"driver differs: {da} vs {db}")
-    temp = _temperature_factor(a.meta, b.meta, why)
-    if temp is not None:
-        f["temperature"] = temp
-    j = kernel_overlap(a, b)
-    f["kernel_overlap"] = math.sqrt(j)
-    if j < 0.9:
-        why.append(f"kernel sets overlap {j:.0%} (energy-weighted Jaccard)")
-    return f, why
-
-
-def kernel_overlap(a: Snapshot, b: Snapshot) -> float:
-    """Energy-weighted Jaccard of kernel names: sum(min(share)) / sum(max(share))."""
-    ea = _shares(_kernel_energy(a))
-    eb = _shares(_kernel_energy(b))
-    if not ea and not eb:
-        return 1.0
-    names = sorted(set(ea) | set(eb))
-    pa = np.array([ea.get(n, 0.0) for n in names])
-    pb = np.array([eb.get(n, 0.0) for n in names])
-    den = float(np.maximum(pa, pb).sum())
-    return float(np.minimum(pa, pb).sum()) / den if den > 0 else 1.0
-
-
-def _kernel_energy(s: Snapshot) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k in s.kernels:
-        out[k.name] = out.get(k.name, 0.0) + max(0.0, k.energy_j)
-    return out
-
-
-def _shares(e: Mapping[str, float]) -> dict[str, float]:
-    total = sum(e.values())
-    if total <= 0:
-        return {n: 1.0 / len(e) for n in e} if e else {}
-    return {n: v / total for n, v in e.items()}
-
-
-def _meta_str(meta: Mapping[str, Any], *keys: str) -> str | None:
-    for k in keys:
-        v = meta.get(k)
-        if v is not None and str(v).strip():
-            return str(v).strip()
-    return None
-
-
-def _meta_float(meta: Mapping[str, Any], *keys: str) -> float | None:
-    for k in keys:
-        v = meta.get(k)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
-    return None
-
-
-def _temperature_factor(
-    ma: Mapping[str, Any], mb: Mapping[str, Any], why: list[str]
-) -> float | None:
-    keys = ("temperature_c", "gpu_temperature_c", "temp_c")
-    ta, tb = _meta_float(ma, *keys), _meta_float(mb, *keys)
-    if ta is not None and tb is not None:
-        gap = abs(ta - tb)
-        if gap <= TEMP_NEAR_C:
-            return 1.0
-        why.append(f"GPU temperature differs by {gap:.0f} °C ({ta:.0f} vs {tb:.0f})")
-        return TEMP_MID if gap <= TEMP_FAR_C else TEMP_FAR
-    ba, bb = _meta_str(ma, "temperature_band"), _meta_str(mb, "temperature_band")
-    if ba is not None and bb is not None:
-        if ba == bb:
-            return 1.0
-        why.append(f"temperature band differs: {ba} vs {bb}")
-        return TEMP_MID
-    return None
-
-
-# ---------------------------------------------------------------- mechanisms
-
-
-def mechanism_energies(s: Snapshot) -> dict[str, float]:
-    """Energy per mechanism name (rows of all GPUs summed), in joules over the window.
-
-    ``clamp.<reason>`` entries come from ``extra["clamps"]``; where an entry names the kernels
-    its joules were taken from (``by_kernel_j``), they are taken out of those kernel rows."""
-    out: dict[str, float] = {}
-
-    def add(name: str, e: float) -> None:
-        if math.isfinite(e):
-            out[name] = out.get(name, 0.0) + e
-
-    for k in s.kernels:
-        add(f"kernel:{k.name}", k.energy_j)
-    for c in s.copies:
-        add(f"copy:{c.kind}/{c.memory}", c.energy_j)
-    for i in s.idle:
-        add(f"idle.{i.cause}", i.energy_j)
-    for reason, e in _clamps(s.extra.get("clamps")):
-        add(f"clamp.{reason}", e)
-    # a clamp's cost sits inside the stretched kernels' rows: move it, so the parts still add up
-    raw = s.extra.get("clamps")
-    for item in raw if isinstance(raw, list) else ():
-        moved = item.get("by_kernel_j") if isinstance(item, Mapping) else None
-        if isinstance(moved, Mapping):
-            for name, e in moved.items():
-                key = f"kernel:{name}"
-                if key in out and isinstance(e, int | float) and not isinstance(e, bool):
-                    out[key] -= float(e)
-    return out
-
-
-def _clamps(raw: Any) -> Iterable[tuple[str, float]]:
-    """Clamp energies from ``extra["clamps"]``: a list of {reason, energy_j} or a mapping."""
-    if isinstance(raw, Mapping):
-        for k, item in raw.items():
-            v = item.get("energy_j") if isinstance(item, Mapping) else item
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                yield str(k), float(v)
-    elif isinstance(raw, list):
-        for item in raw:
-            if isinstance(item, Mapping):
-                e = item.get("energy_j")
-                reason = item.get("reason", item.get("name"))
-                if reason is not None and isinstance(e, int | float) and not isinstance(e, bool):
-                    yield str(reason), float(e)
-
-
-def mechanism_uncertainty(s: Snapshot) -> dict[str, tuple[float, bool]]:
-    """Per kernel/copy mechanism: (half-width of its 90 % interval in J, resolvable)."""
-    out: dict[str, tuple[float, bool]] = {}
-    rows = [(f"kernel:{k.name}", k.dynamic_energy_ci_j, k.resolvable) for k in s.kernels]
-    rows += [(f"copy:{c.kind}/{c.memory}", c.dynamic_energy_ci_j, c.resolvable)
-             for c in s.copies]
-    for name, ci, ok in rows:
-        half = abs(float(ci[1]) - float(ci[0])) / 2.0
-        h0, ok0 = out.get(name, (0.0, True))
-        out[name] = (math.hypot(h0, half) if math.isfinite(half) else h0, ok0 and bool(ok))
-    return out
-
-
-def mechanisms(
-    a: Snapshot, b: Snapshot, *, per_step: bool, owners: OwnerMap | None = None
-) -> tuple[Mechanism, ...]:
-    """The delta split by mechanism, largest |delta_j| first -- except that a mechanism the
-    data cannot resolve on either side (a prior-based split) is ordered by the part of its
-    delta beyond its two 90 % half-widths: it tops the list only on the part it is sure of."""
-    na, nb = _normaliser(a, per_step), _normaliser(b, per_step)
-    ea = {k: v / na for k, v in mechanism_energies(a).items()}
-    eb = {k: v / nb for k, v in mechanism_energies(b).items()}
-    ua, ub = mechanism_uncertainty(a), mechanism_uncertainty(b)
-    names = sorted(set(ea) | set(eb))
-    deltas = {n: eb.get(n, 0.0) - ea.get(n, 0.0) for n in names}
-    total = sum(deltas.values())
-    rows = [
-        Mechanism(
-            mechanism=n, delta_j=deltas[n],
-            share_of_delta=deltas[n] / total if total != 0 else 0.0,
-            baseline_j=ea.get(n, 0.0), candidate_j=eb.get(n, 0.0),
-            owner=None if owners is None else owners.owner_for(n),
-            resolvable=ua.get(n, (0.0, True))[1] and ub.get(n, (0.0, True))[1],
-        )
-        for n in names
-    ]
-
-    def key(m: Mechanism) -> float:
-        if m.resolvable:
-            return abs(m.delta_j)
-        half = ua.get(m.mechanism, (0.0, True))[0] / na + ub.get(m.mechanism, (0.0, True))[0] / nb
-        return max(0.0, abs(m.delta_j) - half)
-
-    rows.sort(key=lambda m: (-key(m), m.mechanism))
-    return tuple(rows)
-
-
-def _normaliser(s: Snapshot, per_step: bool) -> float:
-    if per_step:
-        assert s.steps is not None
-        n = s.steps.count if s.steps.count > 0 else len(s.steps.step_energy_j)
-        return float(max(n, 1))
-    dur = s.window.duration_s
-    return dur if dur > 0 else 1.0

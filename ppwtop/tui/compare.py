@@ -1,13 +1,13 @@
 """The compare screen: a baseline and a candidate snapshot side by side.
 
 Per-class deltas are normalised like the verdict (per step, else per second) and sorted by
-|Δ|.  The verdict comes from :func:`attribution.diff.diff` when that module is there."""
+|Δ|.  The verdict and its mechanism decomposition are :func:`attribution.diff.diff`'s."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -15,6 +15,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from attribution.diff import METRIC_STEP, diff
 from attribution.snapshot import Snapshot
 from ppwtop.tui.widgets import Cell, esc, fmt_num, name_cell, num_cell, short_name, sync_table
 
@@ -54,27 +55,24 @@ def deltas(a: Snapshot, b: Snapshot) -> tuple[str, list[tuple[str, float, float,
 
 
 def verdict_and_mechanisms(a: Snapshot, b: Snapshot) -> tuple[str, str]:
-    """The verdict line and the mechanism decomposition (top 6 by |Δ|), from
-    :func:`attribution.diff.diff`; deltas only when it cannot be had."""
+    """The verdict line and the mechanism decomposition (top 6 by |Δ|) from
+    :func:`attribution.diff.diff`; the reason in place of the verdict when two snapshots
+    cannot be compared (e.g. no energy in the baseline window)."""
     try:
-        from attribution.diff import diff
-    except ImportError:
-        return "verdict: (attribution.diff not available: deltas only)", ""
-    try:
-        r: Any = diff(a, b)
-    except Exception as e:
+        r = diff(a, b)
+    except (ValueError, TypeError, ZeroDivisionError) as e:
         return esc(f"verdict: unavailable ({type(e).__name__}: {e})"), ""
     colour = {"regression": "red", "improvement": "green"}.get(r.verdict, "yellow")
-    unit = "J/step" if getattr(r, "metric", "") == "energy_per_step_j" else "J/s"
-    ci = getattr(r, "delta_ci", (math.nan, math.nan))
+    unit = "J/step" if r.metric == METRIC_STEP else "J/s"
+    ci = r.delta_ci
     verdict = (f"verdict: [b {colour}]{r.verdict}[/]  Δ {fmt_num(r.delta)} {unit} "
                f"(90% CI [{fmt_num(ci[0])}, {fmt_num(ci[1])}]), "
-               f"comparability {getattr(r, 'comparability', math.nan):.2f}")
-    mechs = sorted(getattr(r, "mechanisms", ()), key=lambda m: -abs(m.delta_j))[:6]
+               f"comparability {r.comparability:.2f}")
+    mechs = sorted(r.mechanisms, key=lambda m: -abs(m.delta_j))[:6]
     lines = []
     for m in mechs:
         c = "red" if m.delta_j > 0 else "green" if m.delta_j < 0 else "dim"
-        owner = f" [dim]({esc(m.owner)})[/]" if getattr(m, "owner", None) else ""
+        owner = f" [dim]({esc(m.owner)})[/]" if m.owner else ""
         lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {m.share_of_delta * 100:+.0f}%  "
                      f"{esc(m.mechanism)}{owner}")
     return verdict, "\n".join(lines) if lines else "[dim]no mechanism moved[/]"
