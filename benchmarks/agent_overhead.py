@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from cupti import cupti
 
-from ppwtop.collectors.cupti_decode import DEFAULT_LAYOUTS, RUNTIME_CBID_BY_NAME, Decoder
+from ppwtop.collectors.cupti_decode import Decoder
+from ppwtop.collectors.cupti_layout import DEFAULT_LAYOUTS, RUNTIME_CBID_BY_NAME
 from ppwtop.collectors.cupti_raw import COMPLETE_FN, RawBuffer, RawCollector
 
 AK = cupti.ActivityKind

@@ -26,6 +26,7 @@ from attribution.model import (
     Trace,
 )
 from ppwtop.collectors import cupti_decode as cd
+from ppwtop.collectors import cupti_layout as cl
 from ppwtop.collectors.cupti_raw import ENABLED_KINDS, RawBuffer, RawCollector
 from ppwtop.fakes.cupti_lib import FakeCuptiLib
 
@@ -247,7 +248,7 @@ def _record(dtype: np.dtype, kind: int, **fields: int) -> bytes:
 
 
 def test_known_but_undecoded_kind_is_skipped_and_counted() -> None:
-    kdt = cd.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
+    kdt = cl.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
     ctx = cupti.activity_context4_dtype
     buf = (_record(kdt, int(AK.CONCURRENT_KERNEL), start=1, end=2, correlation_id=1)
            + _record(ctx, int(AK.CONTEXT), context_id=9)
@@ -276,7 +277,7 @@ def test_memcpy_and_memory_kinds_follow_cuptis_enum_values() -> None:
     expect = {1: CopyKind.HTOD, 2: CopyKind.DTOH, 3: CopyKind.HTOD, 4: CopyKind.DTOH,
               5: CopyKind.DTOD, 6: CopyKind.DTOD, 7: CopyKind.DTOD, 8: CopyKind.DTOD,
               9: CopyKind.HTOH, 10: CopyKind.PTOP, 0: CopyKind.OTHER}
-    mdt = cd.DEFAULT_LAYOUTS[int(AK.MEMCPY)]
+    mdt = cl.DEFAULT_LAYOUTS[int(AK.MEMCPY)]
     buf = b"".join(_record(mdt, int(AK.MEMCPY), copy_kind=k, src_kind=k % 8, dst_kind=7)
                    for k in expect)
     out = cd.Decoder().decode(buf)
@@ -294,8 +295,8 @@ def test_memcpy_and_memory_kinds_follow_cuptis_enum_values() -> None:
     ("cudaMalloc", ApiKind.ALLOC), ("cudaFreeAsync", ApiKind.ALLOC),
     ("cudaGraphAddMemcpyNode", ApiKind.OTHER), ("cudaGetDevice", ApiKind.OTHER)])
 def test_api_classification(name: str, kind: ApiKind) -> None:
-    cbid = cd.RUNTIME_CBID_BY_NAME[name]
-    adt = cd.DEFAULT_LAYOUTS[int(AK.RUNTIME)]
+    cbid = cl.RUNTIME_CBID_BY_NAME[name]
+    adt = cl.DEFAULT_LAYOUTS[int(AK.RUNTIME)]
     dec = cd.Decoder()
     out = dec.decode(_record(adt, int(AK.RUNTIME), cbid=cbid, start=5, end=9))
     assert out.apis.kind.tolist() == [int(kind)]
@@ -303,7 +304,7 @@ def test_api_classification(name: str, kind: ApiKind) -> None:
 
 
 def test_synchronization_records_become_sync_intervals() -> None:
-    sdt = cd.DEFAULT_LAYOUTS[int(AK.SYNCHRONIZATION)]
+    sdt = cl.DEFAULT_LAYOUTS[int(AK.SYNCHRONIZATION)]
     t = int(cupti.ActivitySynchronizationType.STREAM_SYNCHRONIZE)
     dec = cd.Decoder()
     out = dec.decode(_record(sdt, int(AK.SYNCHRONIZATION), type=t, start=10, end=90,
@@ -313,9 +314,9 @@ def test_synchronization_records_become_sync_intervals() -> None:
     assert dec.strings[int(out.syncs.name_id[0])] == "sync:stream_synchronize"
 
 
-_SIZES = {int(AK.CONCURRENT_KERNEL): cd.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)],
-          int(AK.RUNTIME): cd.DEFAULT_LAYOUTS[int(AK.RUNTIME)],
-          int(AK.MEMCPY): cd.DEFAULT_LAYOUTS[int(AK.MEMCPY)],
+_SIZES = {int(AK.CONCURRENT_KERNEL): cl.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)],
+          int(AK.RUNTIME): cl.DEFAULT_LAYOUTS[int(AK.RUNTIME)],
+          int(AK.MEMCPY): cl.DEFAULT_LAYOUTS[int(AK.MEMCPY)],
           int(AK.CONTEXT): cupti.activity_context4_dtype}
 
 
@@ -323,7 +324,7 @@ _SIZES = {int(AK.CONCURRENT_KERNEL): cd.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL
 @given(st.lists(st.sampled_from(sorted(_SIZES)), min_size=0, max_size=300))
 def test_walk_recovers_any_kind_sequence(kinds: list[int]) -> None:
     buf = b"".join(_record(_SIZES[k], k) for k in kinds)
-    runs = cd.walk(buf)
+    runs = cl.walk(buf)
     seq = [k for k, c in zip(runs.kind, runs.count, strict=True) for _ in range(c)]
     assert seq == kinds
     assert runs.end_offset == len(buf) and runs.unknown_kind is None
@@ -332,18 +333,18 @@ def test_walk_recovers_any_kind_sequence(kinds: list[int]) -> None:
 
 
 def test_single_kind_buffer_is_one_run() -> None:
-    kdt = cd.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
+    kdt = cl.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
     r = np.zeros(5000, dtype=kdt)
     r["kind"] = int(AK.CONCURRENT_KERNEL)
     r["start"] = np.arange(5000)
-    runs = cd.walk(r.tobytes())
+    runs = cl.walk(r.tobytes())
     assert runs.count == [5000] and runs.offset == [0]
     out = cd.Decoder().decode(r.tobytes())
     np.testing.assert_array_equal(out.kernels.start_ns, np.arange(5000))
 
 
 def test_truncated_tail_is_counted() -> None:
-    kdt = cd.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
+    kdt = cl.DEFAULT_LAYOUTS[int(AK.CONCURRENT_KERNEL)]
     buf = _record(kdt, int(AK.CONCURRENT_KERNEL), start=1) * 2
     dec = cd.Decoder()
     out = dec.decode(buf, valid_size=len(buf) - 8)  # the second record is cut
@@ -410,7 +411,7 @@ def test_wrong_struct_version_is_surfaced_not_silently_decoded() -> None:
     k13, k11 = cupti.activity_kernel13_dtype, cupti.activity_kernel11_dtype
     buf = b"".join(_record(k13, int(AK.CONCURRENT_KERNEL), start=i, end=i + 1)
                    for i in range(1, 5))
-    wrong = cd.Layout.build({int(AK.CONCURRENT_KERNEL): k11})
+    wrong = cl.Layout.build({int(AK.CONCURRENT_KERNEL): k11})
     dec = cd.Decoder(layout=wrong)
     out = dec.decode(buf)
     assert len(out.kernels) < 4  # it cannot walk past the first record boundary it misjudges

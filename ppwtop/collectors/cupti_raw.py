@@ -7,7 +7,7 @@ pool handed to CUPTI, the copy of each completed buffer's valid bytes (one
 not seen before) and the periodic ``cuptiActivityFlushAll``.
 
 GIL work per completed buffer: one memcpy of ``validSize`` bytes, one vectorised walk over
-the record kinds to find name pointers (see :func:`cupti_decode.walk`) and one ``string_at``
+the record kinds to find name pointers (see :func:`cupti_layout.walk`) and one ``string_at``
 per *new* name.  Decoding into batches happens in the ppwtop process
 (:class:`cupti_decode.Decoder`).  The sink must not block: it returns False when it cannot
 take the buffer (slow socket), and the whole buffer is dropped and counted.
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from cupti import cupti
 
-from ppwtop.collectors import cupti_decode
-from ppwtop.collectors.cupti_decode import DEFAULT, Layout
+from ppwtop.collectors import cupti_layout
+from ppwtop.collectors.cupti_layout import DEFAULT, Layout
 
 AK = cupti.ActivityKind
 
@@ -124,7 +124,7 @@ class NameCache:
         self._sorted = np.empty(0, dtype=np.int64)
         self._name_offsets = [
             (k, int(dt.fields["name"][1])) for k, dt in layout.dtypes.items()
-            if k in cupti_decode.NAMED_KINDS and dt.fields and "name" in dt.fields]
+            if k in cupti_layout.NAMED_KINDS and dt.fields and "name" in dt.fields]
         kinds = [k for k, _ in self._name_offsets] or [0]
         self._lo, self._hi = min(kinds), max(kinds)
         self.fast_hits = 0
@@ -163,8 +163,8 @@ class NameCache:
             self.fast_hits += 1
             return {}
         self.walks += 1
-        runs = cupti_decode.walk(data, None, self.layout)
-        return self.new_names(cupti_decode.name_pointers(data, runs, self.layout))
+        runs = cupti_layout.walk(data, None, self.layout)
+        return self.new_names(cupti_layout.name_pointers(data, runs, self.layout))
 
     def new_names(self, ptrs: np.ndarray[Any, Any]) -> dict[int, str]:
         out: dict[int, str] = {}

@@ -17,6 +17,8 @@ and the clock-event reasons.  ``nvmlDeviceGetPowerUsage`` is read only as a fall
 instant field is unsupported (it is a 1 s average on Ampere-non-GA100/Ada/Hopper; a note says so).
 
 The sampler measures its own cost: CPU time of the polling thread inside polls over wall time.
+Its pure parts (device-list parsing, de-duplication state, row buffer, cadence report) live
+in :mod:`ppwtop.collectors.nvml_rows`.
 """
 
 from __future__ import annotations
@@ -29,17 +31,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pynvml
 
 from attribution.model import (
     UNKNOWN,
-    ClockBatch,
     DeviceInfo,
-    EnergyBatch,
-    PowerBatch,
     PowerField,
     Trace,
+)
+from ppwtop.collectors.nvml_rows import (
+    FieldState,
+    RowBuffer,
+    cadence_report,
+    parse_cuda_visible_devices,
 )
 
 FIELD_IDS: Mapping[PowerField, int] = {
@@ -72,85 +76,6 @@ def _value(v: Any, value_type: int) -> int:
     return round(raw)
 
 
-def parse_cuda_visible_devices(
-    value: str, uuids: Sequence[str]
-) -> tuple[list[int], list[str]]:
-    """NVML indices named by a ``CUDA_VISIBLE_DEVICES`` value, and notes.
-
-    Entries are integers or (prefixes of) ``GPU-`` UUIDs; like CUDA, the list ends at the first
-    entry that names no device (or repeats one).  MIG instances are not sampled (their power
-    is the parent board's).
-    """
-    out: list[int] = []
-    notes: list[str] = []
-    for raw in value.split(","):
-        e = raw.strip()
-        if not e:
-            break
-        if re.fullmatch(r"-?\d+", e):
-            i = int(e)
-            idx = i if 0 <= i < len(uuids) else None
-        elif e.startswith("MIG-"):
-            notes.append(f"CUDA_VISIBLE_DEVICES entry {e!r} is a MIG instance: not sampled "
-                         "(NVML reports power for the whole board)")
-            break
-        else:
-            want = e if e.startswith("GPU-") else "GPU-" + e
-            hits = [k for k, u in enumerate(uuids) if u.startswith(want)]
-            idx = hits[0] if len(hits) == 1 else None
-        if idx is None or idx in out:
-            notes.append(f"CUDA_VISIBLE_DEVICES entry {e!r} names no (new) GPU: list ends there")
-            break
-        out.append(idx)
-    return out, notes
-
-
-class _FieldState:
-    """De-duplication state and cadence statistics of one power field on one GPU."""
-
-    __slots__ = ("first_us", "last_mw", "last_us", "n_fresh", "n_repeat", "n_rows")
-
-    def __init__(self) -> None:
-        self.n_rows = 0
-        self.n_fresh = 0
-        self.n_repeat = 0  # fresh rows whose value equals the previous fresh value
-        self.first_us = -1
-        self.last_us = -1
-        self.last_mw = -1
-
-    def add(self, ts_us: int, mw: int, now_ns: int) -> tuple[int, bool]:
-        """``(t_ns, fresh)`` for a reading: fresh iff its own timestamp is new (or, with no
-        timestamp, iff its value changed; then ``t_ns`` is the poll time)."""
-        self.n_rows += 1
-        if ts_us <= 0:
-            fresh = mw != self.last_mw
-            t_ns = now_ns
-        else:
-            fresh = ts_us != self.last_us
-            t_ns = ts_us * 1000
-            if fresh:
-                self.first_us = ts_us if self.first_us < 0 else self.first_us
-                self.last_us = ts_us
-        if fresh:
-            self.n_fresh += 1
-            self.n_repeat += int(mw == self.last_mw)
-        self.last_mw = mw
-        return t_ns, fresh
-
-    def describe(self) -> dict[str, Any]:
-        span_ms = (self.last_us - self.first_us) / 1e3
-        return {
-            "rows": self.n_rows, "fresh": self.n_fresh, "fresh_same_value": self.n_repeat,
-            "mean_period_ms": span_ms / (self.n_fresh - 1) if self.n_fresh > 1 else None,
-        }
-
-    def looks_like_query_time(self) -> bool:
-        """Timestamps that advance on nearly every poll while the value mostly repeats are
-        probably the driver's query time, not the sensor's publication time."""
-        return (self.n_rows >= 50 and self.n_fresh > 0.9 * self.n_rows
-                and self.n_repeat > 0.5 * self.n_fresh)
-
-
 class _Device:
     """What the probe found on one board, plus the de-duplication state."""
 
@@ -162,7 +87,7 @@ class _Device:
         self.name = name
         self.uuid = uuid
         self.field_ids: list[int] = []
-        self.stats: dict[int, _FieldState] = {f: _FieldState() for f in FIELD_IDS.values()}
+        self.stats: dict[int, FieldState] = {f: FieldState() for f in FIELD_IDS.values()}
         self.samples = False
         self.samples_last_us = 0
         self.power_usage = False  # fallback DRAW signal
@@ -186,37 +111,6 @@ class _Device:
             "field_stats": {_FIELD_OF_ID[f].label: self.stats[f].describe()
                             for f in self.field_ids},
         }
-
-
-class _Rows:
-    """Row buffers appended by polls and swapped out by drain."""
-
-    def __init__(self) -> None:
-        self.p_t: list[int] = []
-        self.p_mw: list[int] = []
-        self.p_dev: list[int] = []
-        self.p_field: list[int] = []
-        self.p_fresh: list[bool] = []
-        self.e_t: list[int] = []
-        self.e_mj: list[int] = []
-        self.e_dev: list[int] = []
-        self.c_t: list[int] = []
-        self.c_dev: list[int] = []
-        self.c_sm: list[int] = []
-        self.c_mem: list[int] = []
-        self.c_temp: list[float] = []
-        self.c_reasons: list[int] = []
-
-    def power(self, t_ns: int, mw: int, dev: int, field: PowerField, fresh: bool) -> None:
-        self.p_t.append(t_ns)
-        self.p_mw.append(mw)
-        self.p_dev.append(dev)
-        self.p_field.append(int(field))
-        self.p_fresh.append(fresh)
-
-    def extend(self, other: _Rows) -> None:
-        for k, v in vars(other).items():
-            getattr(self, k).extend(v)
 
 
 class NvmlSampler:
@@ -250,7 +144,7 @@ class NvmlSampler:
         self.driver_version = ""
         self.selection = "all"
         self._devices: list[_Device] = []
-        self._rows = _Rows()
+        self._rows = RowBuffer()
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()
@@ -457,7 +351,7 @@ class NvmlSampler:
         with self._poll_lock:
             cpu0 = time.thread_time_ns()
             wall0 = time.perf_counter_ns()
-            rows = _Rows()
+            rows = RowBuffer()
             now = int(self.clock())
             clocks_due = now >= self._next_clock_ns
             samples_due = now >= self._next_samples_ns
@@ -491,7 +385,7 @@ class NvmlSampler:
             self._note(f"GPU {d.device_id}: {what} failed at least once ({e})")
         return None
 
-    def _poll_power(self, d: _Device, now: int, rows: _Rows) -> None:
+    def _poll_power(self, d: _Device, now: int, rows: RowBuffer) -> None:
         if d.field_ids:
             vals = self._call(d, "field values", pynvml.nvmlDeviceGetFieldValues,
                               d.handle, d.field_ids)
@@ -520,7 +414,7 @@ class NvmlSampler:
                 rows.e_mj.append(int(mj))
                 rows.e_dev.append(d.device_id)
 
-    def _poll_samples(self, d: _Device, rows: _Rows) -> None:
+    def _poll_samples(self, d: _Device, rows: RowBuffer) -> None:
         try:
             vtype, samples = pynvml.nvmlDeviceGetSamples(
                 d.handle, pynvml.NVML_TOTAL_POWER_SAMPLES, d.samples_last_us)
@@ -538,7 +432,7 @@ class NvmlSampler:
                        PowerField.SAMPLES, True)
             d.samples_last_us = ts_us
 
-    def _poll_clocks(self, d: _Device, now: int, rows: _Rows) -> None:
+    def _poll_clocks(self, d: _Device, now: int, rows: RowBuffer) -> None:
         sm = mem = reasons = None
         temp = None
         if d.sm_clock:
@@ -599,32 +493,13 @@ class NvmlSampler:
     def drain(self) -> Trace:
         """Every row collected since the last drain (thread-safe), each batch sorted by time."""
         with self._lock:
-            r, self._rows = self._rows, _Rows()
-        power = PowerBatch.from_columns({
-            "t_ns": np.asarray(r.p_t, np.int64), "power_mw": np.asarray(r.p_mw, np.int64),
-            "device": np.asarray(r.p_dev, np.int16), "field": np.asarray(r.p_field, np.uint8),
-            "fresh": np.asarray(r.p_fresh, np.bool_),
-        }).sorted_by("t_ns")
-        energy = EnergyBatch.from_columns({
-            "t_ns": np.asarray(r.e_t, np.int64), "energy_mj": np.asarray(r.e_mj, np.int64),
-            "device": np.asarray(r.e_dev, np.int16),
-        }).sorted_by("t_ns")
-        clocks = ClockBatch.from_columns({
-            "t_ns": np.asarray(r.c_t, np.int64), "device": np.asarray(r.c_dev, np.int16),
-            "sm_mhz": np.asarray(r.c_sm, np.int32), "mem_mhz": np.asarray(r.c_mem, np.int32),
-            "temp_c": np.asarray(r.c_temp, np.float32),
-            "clock_reasons": np.asarray(r.c_reasons, np.uint64),
-        }).sorted_by("t_ns")
+            r, self._rows = self._rows, RowBuffer()
+        power, energy, clocks = r.to_batches()
         return Trace(power=power, energy=energy, clocks=clocks, devices=self.device_infos,
                      meta=self.meta())
 
 
 # --- characterisation on a real GPU (for scripts/gpu_check.py) ------------------------------
-
-
-def _median_ms(t_ns: Any) -> float | None:
-    d = np.diff(np.asarray(t_ns, dtype=np.int64))
-    return float(np.median(d) / 1e6) if len(d) else None
 
 
 def characterize(seconds: float = 10.0, poll_hz: float = 200.0, devices: list[int] | None = None,
@@ -659,30 +534,4 @@ def characterize(seconds: float = 10.0, poll_hz: float = 200.0, devices: list[in
     time.sleep(seconds)
     s.stop()
     tr = s.drain()
-    out: dict[str, Any] = {"meta": tr.meta, "latency": latency, "devices": []}
-    p, e = tr.power, tr.energy
-    for info in tr.devices:
-        on = p.device == info.index
-        inst = p.take(on & (p.field == PowerField.INSTANT))
-        fresh = inst.take(inst.fresh)
-        smp = p.take(on & (p.field == PowerField.SAMPLES))
-        en = e.take(e.device == info.index)
-        changed = en.take(np.flatnonzero(np.diff(en.energy_mj) != 0) + 1) if len(en) else en
-        ratio = None
-        if len(fresh) > 2 and len(en) > 2:
-            # counter energy / (mean fresh instant power x time) over the counter's span
-            in_span = (fresh.t_ns >= en.t_ns[0]) & (fresh.t_ns <= en.t_ns[-1])
-            dur_s = float(en.t_ns[-1] - en.t_ns[0]) / 1e9
-            if in_span.any() and dur_s > 0:
-                mean_w = float(fresh.power_mw[in_span].mean()) / 1e3
-                ctr_j = float(en.energy_mj[-1] - en.energy_mj[0]) / 1e3
-                ratio = ctr_j / (mean_w * dur_s) if mean_w > 0 else None
-        out["devices"].append({
-            "device": info.index, "name": info.name,
-            "instant_period_ms": _median_ms(fresh.t_ns),
-            "instant_fresh_fraction": float(inst.fresh.mean()) if len(inst) else None,
-            "samples_period_ms": _median_ms(smp.t_ns), "samples_rows": len(smp),
-            "energy_update_ms": _median_ms(changed.t_ns),
-            "energy_over_instant_integral": ratio,
-        })
-    return out
+    return {"meta": tr.meta, "latency": latency, "devices": cadence_report(tr)}

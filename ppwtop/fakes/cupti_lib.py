@@ -26,7 +26,7 @@ import numpy.typing as npt
 from cupti import cupti
 
 from attribution.model import CopyKind, MemKind, Trace
-from ppwtop.collectors.cupti_decode import (
+from ppwtop.collectors.cupti_layout import (
     DEFAULT,
     MARKER_FLAG_END,
     MARKER_FLAG_START,
