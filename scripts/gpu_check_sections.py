@@ -47,7 +47,8 @@ class Context:
         if not self.fake or self._fake_nvml:
             return
         from attribution.sim import simulate
-        from ppwtop.fakes.nvml_lib import FakeNvmlLib, board_from_sim, installed
+        from ppwtop.fakes.nvml_board import board_from_sim
+        from ppwtop.fakes.nvml_lib import FakeNvmlLib, installed
 
         res = simulate(SIM_SCENARIO, SIM_GPU, seconds=15.0, seed=1)
         board = board_from_sim(res)

@@ -366,7 +366,8 @@ class FakeRig:
 
     @contextmanager
     def _lib(self, st: I64, en: I64, t0: int, t1: int) -> Iterator[Any]:
-        from ppwtop.fakes.nvml_lib import BoardModel, FakeNvmlLib, VirtualClock, installed
+        from ppwtop.fakes.nvml_board import BoardModel, VirtualClock
+        from ppwtop.fakes.nvml_lib import FakeNvmlLib, installed
 
         edges = np.concatenate([[t0 - 2 * LEAD_NS], np.ravel(np.column_stack([st, en])),
                                 [t1 + LEAD_NS]]).astype(np.int64)

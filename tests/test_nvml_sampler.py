@@ -17,14 +17,8 @@ import pytest
 
 from attribution.model import PowerField
 from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError, parse_cuda_visible_devices
-from ppwtop.fakes.nvml_lib import (
-    BoardModel,
-    FakeNvmlLib,
-    VirtualClock,
-    board_from_sim,
-    installed,
-    square_wave,
-)
+from ppwtop.fakes.nvml_board import BoardModel, VirtualClock, board_from_sim, square_wave
+from ppwtop.fakes.nvml_lib import FakeNvmlLib, installed
 
 T0_NS = 1_700_000_000_000_000_000
 MS = 1_000_000

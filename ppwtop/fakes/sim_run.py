@@ -6,7 +6,7 @@ run (deterministic for a config) and shifts every timestamp so the simulated win
 ``anchor_ns`` on the host's ``time.time_ns()`` clock.  The target feeds the shifted records to
 :class:`ppwtop.fakes.cupti_lib.FakeCuptiLib` as they complete in wall-clock time; the ppwtop
 process drives the fake ``pynvml.nvmlLib`` from the same shifted run
-(:func:`ppwtop.fakes.nvml_lib.board_from_sim`), so both ends share one timebase.
+(:func:`ppwtop.fakes.nvml_board.board_from_sim`), so both ends share one timebase.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
     with contextlib.ExitStack() as stack:
         notes: dict[str, Any] = {}
         if backend == "sim":
-            from ppwtop.fakes.nvml_lib import FakeNvmlLib, board_from_sim, installed
+            from ppwtop.fakes.nvml_board import board_from_sim
+            from ppwtop.fakes.nvml_lib import FakeNvmlLib, installed
             from ppwtop.fakes.sim_run import anchored_run
 
             board = board_from_sim(anchored_run(sim))
