@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from attribution.columns import Columns
 from attribution.engine.deltas import Deltas
-from attribution.model import Columns, Trace
+from attribution.model import Trace
 from attribution.snapshot import Snapshot
 from ppwtop.errors import PpwtopError
 from ppwtop.tui.feed import PowerTrace

@@ -15,14 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attribution.model import (
-    Columns,
-    DeviceInfo,
-    KernelBatch,
-    PowerBatch,
-    StringTable,
-    Trace,
-)
+from attribution.columns import Columns
+from attribution.model import DeviceInfo, KernelBatch, PowerBatch, StringTable, Trace
 from ppwtop.errors import InputError, PpwtopError
 from ppwtop.importers import load_trace, sniff
 from ppwtop.recording import (

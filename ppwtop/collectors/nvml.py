@@ -33,12 +33,8 @@ from typing import Any
 
 import pynvml
 
-from attribution.model import (
-    UNKNOWN,
-    DeviceInfo,
-    PowerField,
-    Trace,
-)
+from attribution.columns import UNKNOWN
+from attribution.model import DeviceInfo, PowerField, Trace
 from ppwtop.collectors.nvml_rows import (
     FieldState,
     RowBuffer,

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from attribution.model import Columns, Trace
+from attribution.columns import Columns
+from attribution.model import Trace
 from ppwtop.fakes.cupti_lib import CUPTI_SUCCESS, FakeCuptiLib
 from ppwtop.fakes.sim_run import SimRunConfig, anchored_run
 

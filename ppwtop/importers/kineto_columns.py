@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from attribution.columns import UNKNOWN
 from attribution.model import (
-    UNKNOWN,
     ApiBatch,
     ApiKind,
     CopyBatch,

@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from attribution.columns import Columns
 from attribution.model import (
     ApiBatch,
     ClockBatch,
-    Columns,
     CopyBatch,
     EnergyBatch,
     KernelBatch,

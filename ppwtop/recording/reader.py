@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from attribution.model import Columns, DeviceInfo, StringTable, Trace
+from attribution.columns import Columns
+from attribution.model import DeviceInfo, StringTable, Trace
 from ppwtop.errors import InputError
 from ppwtop.fileio import reading
 from ppwtop.recording import format as fmt

@@ -18,7 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from attribution.model import Columns, DeviceInfo, StringTable, Trace
+from attribution.columns import Columns
+from attribution.model import DeviceInfo, StringTable, Trace
 from ppwtop import __version__
 from ppwtop.errors import PpwtopError
 from ppwtop.recording import format as fmt
