@@ -110,3 +110,31 @@ def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
             for d, ns in zip(arr.idle.device.tolist(), arr.idle.duration_ns.tolist(),
                              strict=True)]
     assert np.allclose(arr.idle_energy_j, want, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("budget", [1, 5_000, 4_000_000])
+def test_batched_window_fractions_are_bit_identical(budget: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lag search's batched activity matrices equal one ``window_fractions`` call each,
+    to the bit (so the grid search picks the same lag), whatever the batch size."""
+    from attribution.engine import timebase
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    start = np.sort(rng.integers(0, 20_000_000_000, n))
+    end = start + rng.integers(0, 4_000_000, n)
+    group = rng.integers(0, 3, n).astype(np.int32)
+    busy = BusyFunction(start, end, group, 3, origin_ns=0)
+    t = np.sort(rng.integers(200_000_000, 19_800_000_000, 150))
+    specs = [(-20.0, 0.0), (1.75, 0.0), (0.25, 0.4), (-2.5, 3.0), (1.75, 0.0), (59.0, 1.2)]
+    monkeypatch.setattr(timebase, "BATCH_VALUES", budget)
+    for slow in ((0.0, 0.0), (120.0, 0.3)):
+        got = list(timebase.iter_window_fractions(busy, t, 25.0, specs, slow=slow))
+        assert len(got) == len(specs)
+        for (lag, tau), x in zip(specs, got, strict=True):
+            want = timebase.window_fractions(busy, t, 25.0, lag, tau, slow=slow)
+            assert x.shape == want.shape == (len(t), 3)
+            assert np.array_equal(x, want)
+    # a different window length and a short reading list
+    x1 = next(timebase.iter_window_fractions(busy, t[:3], 10.0, [(5.0, 0.8)]))
+    assert np.array_equal(x1, timebase.window_fractions(busy, t[:3], 10.0, 5.0, 0.8))
