@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution.intsets import unique_inverse
 from attribution.model import F64, I32, I64, MemKind, Trace
 
 KERNEL, COPY, MEMSET = 0, 1, 2
@@ -62,6 +63,8 @@ def items_for_device(trace: Trace, device: int) -> Items:
     k, c, m = trace.kernels, trace.copies, trace.memsets
     km, cm, mm = k.device == device, c.device == device, m.device == device
     k_rows, c_rows, m_rows = np.flatnonzero(km), np.flatnonzero(cm), np.flatnonzero(mm)
+    # one device (the common case): its kernel columns as they are, no gather
+    k_sel = slice(None) if len(k_rows) == len(k) else k_rows
     labels: list[str] = []
     src: list[int] = []
     keys: list[tuple[str, str]] = []
@@ -78,14 +81,14 @@ def items_for_device(trace: Trace, device: int) -> Items:
         return i
 
     # kernels: one class per name id
-    kid = k.name_id[k_rows]
-    uk, kinv = np.unique(kid, return_inverse=True)
+    kid = k.name_id[k_sel]
+    uk, kinv = unique_inverse(kid)
     kmap = np.array([add(f"kernel:{_name(trace, int(u))}", KERNEL, (_name(trace, int(u)), ""))
                      for u in uk], dtype=np.int32)
     # copies: one class per (kind, memory label)
     ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
             + c.dst_mem[c_rows].astype(np.int64))
-    uc, cinv = np.unique(ckey, return_inverse=True)
+    uc, cinv = unique_inverse(ckey)
     cl: list[int] = []
     for u in uc:
         kv = int(u) // 64
@@ -94,7 +97,7 @@ def items_for_device(trace: Trace, device: int) -> Items:
         cl.append(add(f"copy:{kind}/{mem}", COPY, (kind, mem)))
     cmap = np.array(cl, dtype=np.int32)
     mkey = m.mem[m_rows].astype(np.int64)
-    um, minv = np.unique(mkey, return_inverse=True)
+    um, minv = unique_inverse(mkey)
     ml: list[int] = []
     for u in um:
         mem = MemKind(int(u)).label if int(u) in MemKind._value2member_map_ else "unknown"
@@ -102,16 +105,16 @@ def items_for_device(trace: Trace, device: int) -> Items:
     mmap = np.array(ml, dtype=np.int32)
     cls = np.concatenate([kmap[kinv] if len(kmap) else np.empty(0, np.int32),
                           cmap[cinv] if len(cmap) else np.empty(0, np.int32),
-                          mmap[minv] if len(mmap) else np.empty(0, np.int32)]).astype(np.int32)
+                          mmap[minv] if len(mmap) else np.empty(0, np.int32)])
     return Items(
         device=device,
-        start_ns=np.concatenate([k.start_ns[k_rows], c.start_ns[c_rows], m.start_ns[m_rows]]),
-        end_ns=np.concatenate([k.end_ns[k_rows], c.end_ns[c_rows], m.end_ns[m_rows]]),
+        start_ns=np.concatenate([k.start_ns[k_sel], c.start_ns[c_rows], m.start_ns[m_rows]]),
+        end_ns=np.concatenate([k.end_ns[k_sel], c.end_ns[c_rows], m.end_ns[m_rows]]),
         source=np.concatenate([np.full(len(k_rows), KERNEL, np.int32),
                                np.full(len(c_rows), COPY, np.int32),
                                np.full(len(m_rows), MEMSET, np.int32)]),
         row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64),
-        cls=cls,
+        cls=cls.astype(np.int32, copy=False),
         labels=tuple(labels),
         class_source=tuple(src),
         class_key=tuple(keys),
@@ -140,8 +143,15 @@ class BusyFunction:
         self.n_groups = n_groups
         s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
         e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
-        order = np.argsort(group, kind="stable")
-        bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
+        if (len(group) and n_groups <= 1 << 16 and int(group.min()) >= 0
+                and int(group.max()) < n_groups):
+            # few groups: a radix sort of the narrow key and bounds from the counts
+            key = group.astype(np.uint8 if n_groups <= 256 else np.uint16)
+            order = np.argsort(key, kind="stable") if n_groups > 1 else np.arange(len(group))
+            bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_groups))]
+        else:
+            order = np.argsort(group, kind="stable")
+            bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
         self._parts: list[tuple[F64, F64]] = []
         for g in range(n_groups):
             sel = order[bounds[g]:bounds[g + 1]]
@@ -174,14 +184,16 @@ def _knots(s: F64, e: F64) -> tuple[F64, F64]:
     if n == 0:
         return np.empty(0, np.float64), np.empty(0, np.float64)
     t = np.concatenate([s, e])
-    step = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
     order = np.argsort(t, kind="stable")
     ts = t[order]
-    running = np.cumsum(step[order])
+    running = np.cumsum(np.where(order < n, 1, -1))  # instances running after each knot
+    dt = np.diff(ts)
     b = np.empty(len(ts), np.float64)
     b[0] = 0.0
-    np.cumsum(running[:-1] * np.diff(ts), out=b[1:])
-    last = np.r_[np.diff(ts) > 0, True]  # equal times: keep one knot (B is continuous)
+    np.cumsum(running[:-1] * dt, out=b[1:])
+    last = np.empty(len(ts), bool)  # equal times: keep one knot (B is continuous)
+    np.greater(dt, 0.0, out=last[:-1])
+    last[-1] = True
     return ts[last], b[last]
 
 
@@ -201,13 +213,17 @@ def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:
     if n == 0:
         return np.empty(0, np.float64)
     t = np.concatenate([start_ns, end_ns]) - origin_ns
-    d = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = np.lexsort((d, t))  # ends before starts at equal times
+    # sort by (time, ends before starts): one stable sort of 2t + (is start)
+    key = t * 2
+    key[:n] += 1
+    order = np.argsort(key, kind="stable")
     ts = t[order].astype(np.float64) * 1e-9
-    k = np.cumsum(d[order])
+    k = np.cumsum(np.where(order < n, 1, -1))
     seg = np.diff(ts)
     rate = np.where(k[:-1] > 0, 1.0 / np.maximum(k[:-1], 1), 0.0)
     g = np.r_[0.0, np.cumsum(seg * rate)]
-    gs = np.interp((start_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
-    ge = np.interp((end_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
-    return np.asarray(np.maximum(ge - gs, 0.0), dtype=np.float64)
+    # G at each item's own start and end: where the sort put them (G is flat across equal
+    # times, so this is what interpolating G there gives, without a search)
+    pos = np.empty(2 * n, np.intp)
+    pos[order] = np.arange(2 * n)
+    return np.asarray(np.maximum(g[pos[n:]] - g[pos[:n]], 0.0), dtype=np.float64)
