@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from attribution.intsets import distinct_ints
+from attribution.intsets import count_le_sorted, distinct_ints
 from attribution.model import I16, I64, U8, ApiKind, B, Trace
 from attribution.snapshot import IDLE_CAUSES
 
@@ -81,13 +81,6 @@ def _union_sorted(s: I64, end_ns: I64) -> tuple[I64, I64, I64]:
     return s[first], run_end[last], first
 
 
-def _count_le(sorted_a: I64, t_sorted: I64) -> I64:
-    """``np.searchsorted(sorted_a, t, side="right")`` for sorted ``t``, by placing the (few)
-    values of ``a`` among the (many) ``t`` instead of searching each ``t``."""
-    at = np.searchsorted(t_sorted, sorted_a, side="left")
-    return np.cumsum(np.bincount(at, minlength=len(t_sorted) + 1))[:len(t_sorted)]
-
-
 def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
     """Time inside ``[a, b]`` covered by disjoint sorted segments (vectorised over a, b)."""
     if len(seg_start) == 0:
@@ -97,7 +90,7 @@ def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
 
     def upto(t: I64) -> I64:
         if len(t) > 4 * len(seg_start) and bool(np.all(t[1:] >= t[:-1])):
-            j = _count_le(seg_start, t) - 1
+            j = count_le_sorted(seg_start, t) - 1
         else:
             j = np.searchsorted(seg_start, t, side="right") - 1
         jj = np.clip(j, 0, None)

@@ -3,7 +3,9 @@
 Owns :func:`distinct_ints` and :func:`unique_inverse`: the results of ``np.unique`` (sorted
 distinct values; and the inverse index) computed with one ``bincount`` instead of a hash or a
 sort when the values lie in a range not much larger than the column (device indices, name
-ids, class ids: the engine's common case), and by ``np.unique`` otherwise.
+ids, class ids: the engine's common case), and by ``np.unique`` otherwise; and
+:func:`count_le_sorted`, ``searchsorted(..., side="right")`` of many sorted times among a
+few sorted boundaries (gaps among sync calls or storms) by counting instead of searching.
 """
 
 from __future__ import annotations
@@ -50,3 +52,11 @@ def unique_inverse(a: np.ndarray) -> tuple[I64, I64]:
     present = np.bincount(rel, minlength=hi - lo + 1) > 0
     rank = np.cumsum(present) - 1
     return np.flatnonzero(present) + lo, rank[rel].astype(np.int64)
+
+
+def count_le_sorted(sorted_a: np.ndarray, t_sorted: np.ndarray) -> I64:
+    """``np.searchsorted(sorted_a, t_sorted, side="right")`` for sorted ``t_sorted``: each
+    of the (few) values of ``a`` is placed among the (many) ``t`` and the placements are
+    counted, instead of one binary search per ``t``."""
+    at = np.searchsorted(t_sorted, sorted_a, side="left")
+    return np.cumsum(np.bincount(at, minlength=len(t_sorted) + 1))[:len(t_sorted)]

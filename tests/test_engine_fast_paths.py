@@ -304,3 +304,24 @@ def test_items_for_device_on_several_devices() -> None:
         assert [it.labels[c] for c in it.cls[k].tolist()] == [f"kernel:{x}" for x in names]
         assert np.array_equal(it.start_ns[k], tr.kernels.start_ns[it.row[k]])
     assert rows == len(tr.kernels) + len(tr.copies) + len(tr.memsets)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_storm_spans_by_counting_equal_by_search(seed: int) -> None:
+    """Sorted gap starts are placed among the storms by counting; any order by a search."""
+    from attribution.ranking.storms import Storms, in_spans
+
+    rng = np.random.default_rng(seed)
+    s = np.sort(rng.choice(10**7, 40, replace=False))
+    e = s + rng.integers(1, 10**5, 40)
+    dev = rng.integers(0, 2, 40).astype(np.int64)
+    storms = Storms(dev, s, e, np.ones(40, np.int64), np.ones(40, np.int64))
+    t = np.sort(np.r_[rng.integers(0, 10**7, 3000), s, e, e - 1])
+    on = np.zeros(len(t), np.int64)  # one device: the sorted, counting path
+    p = rng.permutation(len(t))
+    got, shuffled = in_spans(t, on, storms), in_spans(t[p], on[p], storms)
+    assert np.array_equal(got[p], shuffled)
+    s0, e0 = s[dev == 0], e[dev == 0]
+    k = np.searchsorted(s0, t, side="right") - 1
+    assert np.array_equal(got, (k >= 0) & (t < e0[np.clip(k, 0, None)]))
+    assert got.any() and not got.all()

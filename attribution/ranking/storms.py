@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution.intsets import count_le_sorted
 from attribution.model import I64
 from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges
 
@@ -122,6 +123,10 @@ def in_spans(t_ns: I64, device: I64, storms: Storms) -> np.ndarray:
         o = np.argsort(s)
         s, e = s[o], e[o]
         on = device == dev
-        k = np.searchsorted(s, t_ns[on], side="right") - 1
-        out[on] = (k >= 0) & (t_ns[on] < e[np.clip(k, 0, None)])
+        t = t_ns if bool(on.all()) else t_ns[on]
+        if len(t) > 4 * len(s) and bool(np.all(t[1:] >= t[:-1])):  # idle gaps come sorted
+            k = count_le_sorted(s, t) - 1
+        else:
+            k = np.searchsorted(s, t, side="right") - 1
+        out[on] = (k >= 0) & (t < e[np.clip(k, 0, None)])
     return out
