@@ -325,3 +325,35 @@ def test_storm_spans_by_counting_equal_by_search(seed: int) -> None:
     k = np.searchsorted(s0, t, side="right") - 1
     assert np.array_equal(got, (k >= 0) & (t < e0[np.clip(k, 0, None)]))
     assert got.any() and not got.all()
+
+
+def test_snapshot_rows_and_record_energies_on_two_gpus() -> None:
+    """Idle rows by (GPU, cause) and per-record energies scattered back to the trace's rows:
+    the slice-based forms equal the plain masks on a two-GPU trace with shuffled rows."""
+    from attribution.engine import attribute_arrays, build_snapshot
+    from attribution.sim import simulate
+    from attribution.snapshot import IDLE_CAUSES
+
+    a = simulate(scenario="demo", gpu="h100", seconds=5.0, seed=1).trace
+    b = simulate(scenario="varied_mix", gpu="a100", seconds=5.0, seed=2).trace
+    for batch in ("kernels", "copies", "memsets", "power", "energy"):
+        cols = getattr(b, batch).columns()
+        cols["device"] = np.full(len(cols["device"]), 1, cols["device"].dtype)
+        setattr(b, batch, type(getattr(b, batch))(**cols))
+    tr = a.merged_with(b)
+    p = np.random.default_rng(0).permutation(len(tr.kernels))
+    tr.kernels = type(tr.kernels)(**{k: v[p] for k, v in tr.kernels.columns().items()})
+    arr = attribute_arrays(tr, n_boot=10)
+    snap = build_snapshot(tr, arr)
+    iv = arr.idle
+    for row in snap.idle:
+        m = (iv.device == row.gpu) & (iv.cause == IDLE_CAUSES.index(row.cause))
+        assert row.count == int(m.sum())
+        assert row.time_s == float(iv.duration_ns[m].sum()) * 1e-9
+        assert row.energy_j == float(arr.idle_energy_j[m].sum())
+    assert {r.gpu for r in snap.idle} == {0, 1} and sum(r.count for r in snap.idle) == len(iv)
+    for r in arr.devices:
+        k = r.items.source == 0
+        assert np.array_equal(arr.kernel_energy_j[r.items.row[k]], r.item_energy_j[k])
+        assert np.array_equal(arr.kernel_dynamic_j[r.items.row[k]], r.item_dynamic_j[k])
+    assert len(arr.devices) == 2

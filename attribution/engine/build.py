@@ -452,9 +452,14 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         dyn = np.zeros(len(batch))
         full = np.zeros(len(batch))
         for r in results:
-            m = r.items.source == src
-            dyn[r.items.row[m]] = r.item_dynamic_j[m]
-            full[r.items.row[m]] = r.item_energy_j[m]
+            # items come kernels, then copies, then memsets (items_for_device), rows ascending
+            a, b = np.searchsorted(r.items.source, [src, src + 1])
+            if b - a == len(batch):  # every row of the batch is on this device, in order
+                dyn[:] = r.item_dynamic_j[a:b]
+                full[:] = r.item_energy_j[a:b]
+            else:
+                dyn[r.items.row[a:b]] = r.item_dynamic_j[a:b]
+                full[r.items.row[a:b]] = r.item_energy_j[a:b]
         out[src] = (dyn, full)
     return Arrays(
         window_start_ns=win[0], window_end_ns=win[1],
