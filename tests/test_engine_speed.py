@@ -112,6 +112,23 @@ def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
     assert np.allclose(arr.idle_energy_j, want, rtol=1e-12, atol=0.0)
 
 
+def direct_window_fractions(busy: BusyFunction, t_ns: I64, window_ms: float, lag_ms: float,
+                            tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0)
+                            ) -> F64:
+    """The activity matrix as ``timebase.window_fractions`` computed it before the lag search
+    was batched: every window edge in one call, delay-major."""
+    from attribution.engine.timebase import _delays
+
+    n = len(t_ns)
+    u, wt = _delays(tau_ms, slow)
+    hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
+    lo = hi - np.int64(round(window_ms * 1e6))
+    both = busy(np.concatenate([lo, hi]))
+    m = len(hi)
+    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+    return np.asarray(np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1))
+
+
 @pytest.mark.parametrize("budget", [1, 5_000, 4_000_000])
 def test_batched_window_fractions_are_bit_identical(budget: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,9 +149,10 @@ def test_batched_window_fractions_are_bit_identical(budget: int,
         got = list(timebase.iter_window_fractions(busy, t, 25.0, specs, slow=slow))
         assert len(got) == len(specs)
         for (lag, tau), x in zip(specs, got, strict=True):
-            want = timebase.window_fractions(busy, t, 25.0, lag, tau, slow=slow)
+            want = direct_window_fractions(busy, t, 25.0, lag, tau, slow=slow)
             assert x.shape == want.shape == (len(t), 3)
             assert np.array_equal(x, want)
     # a different window length and a short reading list
-    x1 = next(timebase.iter_window_fractions(busy, t[:3], 10.0, [(5.0, 0.8)]))
-    assert np.array_equal(x1, timebase.window_fractions(busy, t[:3], 10.0, 5.0, 0.8))
+    x1 = timebase.window_fractions(busy, t[:3], 10.0, 5.0, 0.8)
+    assert np.array_equal(x1, direct_window_fractions(busy, t[:3], 10.0, 5.0, 0.8))
+    assert timebase.window_fractions(busy, t[:0], 10.0, 5.0, 0.8).shape == (0, 3)

@@ -162,11 +162,10 @@ class BusyFunction:
         out = np.zeros((len(t), self.n_groups), np.float64)
         # np.interp starts each search from the previous key's position: sorted queries (the
         # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's
-        # order.  Nearly sorted queries (runs broken by a few steps back, as
+        # order.  Nearly sorted queries (a few sorted runs in order of their starts, as
         # timebase.iter_window_fractions lays them out) are answered as they come: each step
         # back costs one full search, less than sorting.
-        descents = int(np.count_nonzero(t[1:] < t[:-1]))
-        order = None if descents * 64 <= len(t) else np.argsort(t, kind="stable")
+        order = None if _nearly_sorted(t) else np.argsort(t, kind="stable")
         ts = t if order is None else t[order]
         for g, (x, b) in enumerate(self._parts):
             if len(x):
@@ -176,6 +175,17 @@ class BusyFunction:
                 else:
                     out[order, g] = v
         return out
+
+
+def _nearly_sorted(t: F64) -> bool:
+    """Sorted runs, few of them, each starting after the previous run's start."""
+    steps_back = np.flatnonzero(t[1:] < t[:-1])
+    if len(steps_back) == 0:
+        return True
+    if len(steps_back) * 64 > len(t):
+        return False
+    starts = t[np.r_[0, steps_back + 1]]
+    return bool(np.all(starts[1:] >= starts[:-1]))
 
 
 def _knots(s: F64, e: F64) -> tuple[F64, F64]:

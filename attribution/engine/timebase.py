@@ -122,15 +122,7 @@ def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: floa
     = (τ₂, w) adds a second, slow stage (consumer boards ramp in two stages): a fraction w of
     the power follows Exp(τ₂) instead; the delay is then the mixture.
     """
-    n = len(t_ns)
-    u, wt = _delays(tau_ms, slow)
-    hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
-    lo = hi - np.int64(round(window_ms * 1e6))
-    both = busy(np.concatenate([lo, hi]))
-    m = len(hi)
-    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
-    out = np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1)
-    return np.asarray(out, dtype=np.float64)
+    return next(iter_window_fractions(busy, t_ns, window_ms, [(lag_ms, tau_ms)], slow=slow))
 
 
 BATCH_VALUES = 4_000_000
@@ -170,7 +162,7 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         asc = np.unique(np.concatenate([offs, offs + w_ns]))
         cols = asc[::-1]  # descending offsets: ascending times within each reading
         vals = busy((t_ns[:, None] - cols[None, :]).reshape(-1))
-        vals = vals.reshape(n, len(cols), -1)
+        vals = vals.reshape(n, len(cols), vals.shape[-1])
         for off, wt in plans[i:j]:
             ih = len(cols) - 1 - np.searchsorted(asc, off)
             il = len(cols) - 1 - np.searchsorted(asc, off + w_ns)
