@@ -261,6 +261,16 @@ def test_time_share_and_knots_match_the_plain_forms(seed: int, n: int, overlap: 
     e_f = (end - origin).astype(np.float64) * 1e-9
     for g, w in zip(_knots(s_f, e_f), ref_knots(s_f, e_f), strict=True):
         assert np.array_equal(g, w)
+    # one instance after another (touching, zero-length, equal starts allowed): the
+    # interleaved fast path
+    gaps = rng.integers(0, 3, n) * rng.integers(0, 50_000, n)
+    s1 = np.cumsum(gaps + np.r_[0, dur[:-1]]) - origin // 7
+    e1 = s1 + dur
+    assert bool(np.all(s1[1:] >= e1[:-1]))
+    s_f, e_f = s1.astype(np.float64) * 1e-9, e1.astype(np.float64) * 1e-9
+    for g, w in zip(_knots(s_f, e_f), ref_knots(s_f, e_f), strict=True):
+        assert np.array_equal(g, w)
+    assert np.array_equal(idle_share_s(s1, e1, -5), ref_share(s1, e1, -5))
 
 
 def test_busy_function_groups_any_labels() -> None:

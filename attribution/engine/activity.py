@@ -193,14 +193,25 @@ def _knots(s: F64, e: F64) -> tuple[F64, F64]:
     n = len(s)
     if n == 0:
         return np.empty(0, np.float64), np.empty(0, np.float64)
-    t = np.concatenate([s, e])
-    order = np.argsort(t, kind="stable")
-    ts = t[order]
-    running = np.cumsum(np.where(order < n, 1, -1))  # instances running after each knot
+    # one instance after another (one stream, in order: the common case): the knots are
+    # s0 e0 s1 e1 ... already, with 1 instance running after each start and 0 after each end
+    ts = np.empty(2 * n, np.float64)
+    ts[0::2] = s
+    ts[1::2] = e
     dt = np.diff(ts)
     b = np.empty(len(ts), np.float64)
     b[0] = 0.0
-    np.cumsum(running[:-1] * dt, out=b[1:])
+    if bool((dt >= 0.0).all()):
+        term = dt.copy()
+        term[1::2] = 0.0
+        np.cumsum(term, out=b[1:])
+    else:
+        t = np.concatenate([s, e])
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        running = np.cumsum(np.where(order < n, 1, -1))  # instances running after each knot
+        dt = np.diff(ts)
+        np.cumsum(running[:-1] * dt, out=b[1:])
     last = np.empty(len(ts), bool)  # equal times: keep one knot (B is continuous)
     np.greater(dt, 0.0, out=last[:-1])
     last[-1] = True

@@ -163,13 +163,16 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         cols = asc[::-1]  # descending offsets: ascending times within each reading
         vals = busy((t_ns[:, None] - cols[None, :]).reshape(-1))
         vals = vals.reshape(n, len(cols), vals.shape[-1])
+        # every pair's (delay, reading, group) fractions in one gather, one transpose
+        ih = len(cols) - 1 - np.searchsorted(asc, offs)
+        il = len(cols) - 1 - np.searchsorted(asc, offs + w_ns)
+        frac = np.ascontiguousarray(
+            ((vals[:, ih, :] - vals[:, il, :]) / (window_ms * 1e-3)).transpose(1, 0, 2))
+        at = 0
         for off, wt in plans[i:j]:
-            ih = len(cols) - 1 - np.searchsorted(asc, off)
-            il = len(cols) - 1 - np.searchsorted(asc, off + w_ns)
-            hi = vals[:, ih, :].transpose(1, 0, 2)  # (delay, reading, group): window_fractions'
-            lo = vals[:, il, :].transpose(1, 0, 2)
-            frac = np.ascontiguousarray((hi - lo) / (window_ms * 1e-3))
-            yield np.asarray(np.tensordot(wt, frac, axes=1), dtype=np.float64)
+            yield np.asarray(np.tensordot(wt, frac[at:at + len(off)], axes=1),
+                             dtype=np.float64)
+            at += len(off)
         i = j
 
 
