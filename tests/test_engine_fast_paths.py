@@ -271,6 +271,8 @@ def test_time_share_and_knots_match_the_plain_forms(seed: int, n: int, overlap: 
     for g, w in zip(_knots(s_f, e_f), ref_knots(s_f, e_f), strict=True):
         assert np.array_equal(g, w)
     assert np.array_equal(idle_share_s(s1, e1, -5), ref_share(s1, e1, -5))
+    q = rng.permutation(n)  # the same items in any order
+    assert np.array_equal(idle_share_s(s1[q], e1[q], 11), ref_share(s1[q], e1[q], 11))
 
 
 def test_busy_function_groups_any_labels() -> None:

@@ -233,6 +233,9 @@ def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:
     n = len(start_ns)
     if n == 0:
         return np.empty(0, np.float64)
+    quick = _share_one_at_a_time(start_ns, end_ns, origin_ns)
+    if quick is not None:
+        return quick
     t = np.concatenate([start_ns, end_ns]) - origin_ns
     # sort by (time, ends before starts): one stable sort of 2t + (is start)
     key = t * 2
@@ -248,3 +251,31 @@ def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:
     pos = np.empty(2 * n, np.intp)
     pos[order] = np.arange(2 * n)
     return np.asarray(np.maximum(g[pos[n:]] - g[pos[:n]], 0.0), dtype=np.float64)
+
+
+def _share_one_at_a_time(start_ns: I64, end_ns: I64, origin_ns: int) -> F64 | None:
+    """:func:`idle_share_s` when no two items overlap (one stream, serialised: the common
+    case), else None.  In start order the events are then s0 e0 s1 e1 ... with one item
+    running after each start and none after each end, so G needs no sort of the events and
+    no search; the sums are the same, term for term (equal times add zero-length terms)."""
+    ordered = bool(np.all(start_ns[1:] >= start_ns[:-1]))
+    by_start = None if ordered else np.argsort(start_ns, kind="stable")
+    s = start_ns if by_start is None else start_ns[by_start]
+    e = end_ns if by_start is None else end_ns[by_start]
+    t = np.empty(2 * len(s), np.int64)
+    t[0::2] = s
+    t[1::2] = e
+    t -= origin_ns
+    if not bool(np.all(t[1:] >= t[:-1])):
+        return None
+    seg = np.diff(t.astype(np.float64) * 1e-9)
+    seg[1::2] = 0.0  # nothing runs between an end and the next start
+    g = np.empty(len(t), np.float64)
+    g[0] = 0.0
+    np.cumsum(seg, out=g[1:])
+    share = np.maximum(g[1::2] - g[0::2], 0.0)
+    if by_start is None:
+        return share
+    out = np.empty(len(share), np.float64)
+    out[by_start] = share
+    return out
