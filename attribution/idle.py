@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from attribution.intsets import count_le_sorted, distinct_ints
+from attribution.intsets import distinct_ints
 from attribution.model import I16, I64, U8, ApiKind, B, Trace
 from attribution.snapshot import IDLE_CAUSES
 
@@ -85,14 +85,32 @@ def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
     """Time inside ``[a, b]`` covered by disjoint sorted segments (vectorised over a, b)."""
     if len(seg_start) == 0:
         return np.zeros(len(a_ns), np.int64)
+    if (len(a_ns) > 4 * len(seg_start) and bool(np.all(a_ns[1:] >= a_ns[:-1]))
+            and bool(np.all(b_ns[1:] >= b_ns[:-1])) and bool(np.all(b_ns >= a_ns))):
+        return _covered_sorted(seg_start, seg_end, a_ns, b_ns)
+    return _covered(seg_start, seg_end, a_ns, b_ns)
+
+
+def _covered_sorted(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
+    """:func:`covered_ns` for many spans sorted by start and by end (idle gaps) and few
+    segments (sync calls): only the spans a segment reaches are computed, the rest cover 0.
+    Segment i reaches spans ``b > start_i`` and ``a < end_i``: one index range each."""
+    first = np.searchsorted(b_ns, seg_start, side="right")
+    stop = np.maximum(np.searchsorted(a_ns, seg_end, side="left"), first)
+    depth = np.cumsum(np.bincount(first, minlength=len(a_ns) + 1)
+                      - np.bincount(stop, minlength=len(a_ns) + 1))[:len(a_ns)]
+    reached = np.flatnonzero(depth > 0)
+    out = np.zeros(len(a_ns), np.int64)
+    out[reached] = _covered(seg_start, seg_end, a_ns[reached], b_ns[reached])
+    return out
+
+
+def _covered(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
     lengths = seg_end - seg_start
     cum = np.r_[np.int64(0), np.cumsum(lengths)]
 
     def upto(t: I64) -> I64:
-        if len(t) > 4 * len(seg_start) and bool(np.all(t[1:] >= t[:-1])):
-            j = count_le_sorted(seg_start, t) - 1
-        else:
-            j = np.searchsorted(seg_start, t, side="right") - 1
+        j = np.searchsorted(seg_start, t, side="right") - 1
         jj = np.clip(j, 0, None)
         inside = np.clip(t - seg_start[jj], 0, lengths[jj])
         return np.where(j < 0, 0, cum[jj] + inside)

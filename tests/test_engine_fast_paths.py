@@ -238,11 +238,18 @@ def test_covered_ns_with_sorted_and_unsorted_queries(seed: int) -> None:
     rng = np.random.default_rng(seed)
     seg_s, seg_e = ref_union(rng.integers(0, 10**6, 30), rng.integers(0, 10**6, 30) + 10**4)
     a = np.sort(rng.integers(-10**4, 11 * 10**5, 2000))
-    b = a + rng.integers(0, 10**5, 2000)
+    b = np.maximum.accumulate(a + rng.integers(0, 10**5, 2000))  # sorted too: the fast path
+    b[::97] = a[::97]  # empty spans
     assert np.array_equal(covered_ns(seg_s, seg_e, a, b), ref_covered(seg_s, seg_e, a, b))
     p = rng.permutation(2000)
     assert np.array_equal(covered_ns(seg_s, seg_e, a[p], b[p]),
                           ref_covered(seg_s, seg_e, a[p], b[p]))
+    # gap-like spans: disjoint, touching the segments' ends
+    edges = np.unique(np.r_[seg_s, seg_e, rng.integers(-10**4, 11 * 10**5, 3000)])
+    ga, gb = edges[:-1:2], edges[1::2]
+    got = covered_ns(seg_s, seg_e, ga, gb)
+    assert np.array_equal(got, ref_covered(seg_s, seg_e, ga, gb))
+    assert (got > 0).any() and (got == 0).any()
 
 
 @settings(max_examples=80, deadline=None)
