@@ -48,10 +48,10 @@ def unique_inverse(a: np.ndarray) -> tuple[I64, I64]:
     lo, hi = span
     if lo == hi:
         return np.array([lo], np.int64), np.zeros(len(a), np.int64)
-    rel = a.astype(np.intp) - lo
+    rel = a.astype(np.intp, copy=False) - lo
     present = np.bincount(rel, minlength=hi - lo + 1) > 0
     rank = np.cumsum(present) - 1
-    return np.flatnonzero(present) + lo, rank[rel].astype(np.int64)
+    return np.flatnonzero(present) + lo, rank[rel].astype(np.int64, copy=False)
 
 
 def count_le_sorted(sorted_a: np.ndarray, t_sorted: np.ndarray) -> I64:

@@ -113,7 +113,7 @@ def items_for_device(trace: Trace, device: int) -> Items:
         source=np.concatenate([np.full(len(k_rows), KERNEL, np.int32),
                                np.full(len(c_rows), COPY, np.int32),
                                np.full(len(m_rows), MEMSET, np.int32)]),
-        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64),
+        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64, copy=False),
         cls=cls.astype(np.int32, copy=False),
         labels=tuple(labels),
         class_source=tuple(src),
