@@ -162,12 +162,13 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         asc = np.unique(np.concatenate([offs, offs + w_ns]))
         cols = asc[::-1]  # descending offsets: ascending times within each reading
         vals = busy((t_ns[:, None] - cols[None, :]).reshape(-1))
-        vals = vals.reshape(n, len(cols), vals.shape[-1])
-        # every pair's (delay, reading, group) fractions in one gather, one transpose
+        # (edge, reading, group), then every pair's (delay, reading, group) fractions
+        vals = np.ascontiguousarray(vals.reshape(n, len(cols), vals.shape[-1]).transpose(1, 0, 2))
         ih = len(cols) - 1 - np.searchsorted(asc, offs)
         il = len(cols) - 1 - np.searchsorted(asc, offs + w_ns)
-        frac = np.ascontiguousarray(
-            ((vals[:, ih, :] - vals[:, il, :]) / (window_ms * 1e-3)).transpose(1, 0, 2))
+        frac = vals[ih]
+        frac -= vals[il]
+        frac /= window_ms * 1e-3
         at = 0
         for off, wt in plans[i:j]:
             yield np.asarray(np.tensordot(wt, frac[at:at + len(off)], axes=1),
