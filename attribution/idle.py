@@ -156,10 +156,9 @@ def _issue_end_ns(trace: Trace, correlation: I64) -> tuple[I64, B]:
         # distinct increasing ids in a dense range (CUPTI and Kineto number them so): a table
         table = np.full(hi - lo + 1, -1, np.intp)
         table[corr - lo] = np.arange(len(corr))
-        inside = (correlation >= lo) & (correlation <= hi)
-        j = np.where(inside, table[np.clip(correlation - lo, 0, hi - lo)], -1)
-        found = j >= 0
-        return np.where(found, ends[np.clip(j, 0, None)], 0), found
+        j = table[np.clip(correlation - lo, 0, hi - lo)]
+        found = (j >= 0) & (correlation >= lo) & (correlation <= hi)
+        return ends[j], found  # (where not found: any end; callers mask by found)
     order = np.argsort(corr, kind="stable")
     corr, ends = corr[order], ends[order]
     j = np.clip(np.searchsorted(corr, correlation), 0, len(corr) - 1)
@@ -179,36 +178,50 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
     out_s, out_e, out_d, out_c = [], [], [], []
     for dev in devices:
         s, e, corr = _item_columns(trace, dev)
-        inwin = (e > window_start_ns) & (s < window_end_ns)
-        if not bool(inwin.all()):
+        if len(s) and not (int(e.min()) > window_start_ns and int(s.max()) < window_end_ns):
+            inwin = (e > window_start_ns) & (s < window_end_ns)
             s, e, corr = s[inwin], e[inwin], corr[inwin]
         if not bool(np.all(s[1:] >= s[:-1])):
             order = np.argsort(s, kind="stable")
             s, e, corr = s[order], e[order], corr[order]
+        n_seg = 0
+        first = np.empty(0, np.intp)
+        gap_s = np.empty(1, np.int64)
+        gap_e = np.empty(1, np.int64)
         if len(s):
             seg_s, seg_e, first = _union_sorted(s.astype(np.int64, copy=False), e)
-        else:
-            seg_s = seg_e = first = np.empty(0, np.int64)
-        seg_s = np.clip(seg_s, window_start_ns, window_end_ns)
-        seg_e = np.clip(seg_e, window_start_ns, window_end_ns)
-        gap_s = np.r_[np.int64(window_start_ns), seg_e]
-        gap_e = np.r_[seg_s, np.int64(window_end_ns)]
+            n_seg = len(seg_s)
+            # gaps: window start → first segment, between segments, last segment → window end
+            gap_s = np.empty(n_seg + 1, np.int64)
+            gap_s[1:] = seg_e
+            gap_e = np.empty(n_seg + 1, np.int64)
+            gap_e[:-1] = seg_s
+            # every item overlaps the window, so only the first segment can start before it
+            # and only the last end after it: clipping touches those two
+            gap_e[0] = min(max(int(gap_e[0]), window_start_ns), window_end_ns)
+            gap_s[-1] = min(max(int(gap_s[-1]), window_start_ns), window_end_ns)
+        gap_s[0] = window_start_ns
+        gap_e[-1] = window_end_ns
         # the item that ends each gap: the first (sorted) item of the segment after it (a
         # first segment clipped at the window start follows an empty gap, dropped below)
-        next_corr = np.r_[corr[first], np.int64(-1)]
-        keep = gap_e > gap_s
-        if not bool(keep.all()):
-            gap_s, gap_e, next_corr = gap_s[keep], gap_e[keep], next_corr[keep]
+        next_corr = np.empty(n_seg + 1, np.int64)
+        next_corr[:-1] = corr[first]
+        next_corr[-1] = -1
+        # segments are disjoint and apart, so only the first and last gap can be empty
+        a = 0 if gap_e[0] > gap_s[0] else 1
+        b = n_seg + 1 if gap_e[-1] > gap_s[-1] else n_seg
+        if (a, b) != (0, n_seg + 1):
+            gap_s, gap_e, next_corr = gap_s[a:b], gap_e[a:b], next_corr[a:b]
         dur = gap_e - gap_s
         cover = covered_ns(sync_s, sync_e, gap_s, gap_e)
         issue_end, found = _issue_end_ns(trace, next_corr)
         late = found & (issue_end >= gap_s - LAUNCH_TOL_NS)
         if not have_api:
             late = dur <= STALL_NS
-        cause = np.full(len(dur), OTHER, np.uint8)
-        cause[late] = LAUNCH_GAP
+        cause = np.where(late, np.uint8(LAUNCH_GAP), np.uint8(OTHER))
         cause[dur > STALL_NS] = HOST_STALL
-        cause[cover > SYNC_COVER * dur] = SYNC_WAIT
+        some = np.flatnonzero(cover)  # a gap no sync call reaches covers 0: not a sync wait
+        cause[some[cover[some] > SYNC_COVER * dur[some]]] = SYNC_WAIT
         out_s.append(gap_s)
         out_e.append(gap_e)
         out_d.append(np.full(len(dur), dev, np.int16))
