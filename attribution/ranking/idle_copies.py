@@ -58,7 +58,11 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
     if len(storms):
         claimed = (iv.cause == IDLE_CAUSES.index("launch_gap")) & in_spans(
             iv.start_ns, iv.device.astype(np.int64), storms)
-    _, lo, hi = inp.per_record(iv.device.astype(np.int64))
+    devs = inp.arrays.devices
+    one_gpu = len(devs) == 1 and bool(np.all(iv.device == devs[0].device))
+    lo = hi = np.empty(0)
+    if not one_gpu:
+        _, lo, hi = inp.per_record(iv.device.astype(np.int64))
     # the gaps of each cause (claimed ones apart), in gap order: one radix sort, then slices
     key = np.where(claimed, len(IDLE_CAUSES), iv.cause).astype(np.uint8)
     by_cause = np.argsort(key, kind="stable")
@@ -87,12 +91,22 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
             ev += f"; mostly inside range {ranges[0]!r}"
         out.append(Candidate(
             mechanism=f"idle.{cause}", energy_j=e,
-            energy_ci_j=(float(lo[m] @ d), float(hi[m] @ d)), evidence=ev,
+            energy_ci_j=_ci(lo, hi, m, d, devs[0].p_idle_ci_w if one_gpu else None), evidence=ev,
             fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
             validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
                         f"{_CHECK[cause]}"),
             owner_names=ranges))
     return out
+
+
+def _ci(lo: np.ndarray, hi: np.ndarray, m: np.ndarray, d: np.ndarray,
+        one_gpu_ci_w: tuple[float, float] | None) -> tuple[float, float]:
+    """(Σ P_idle low × t, Σ P_idle high × t) over the gaps ``m`` (durations ``d``); on one
+    GPU the per-gap powers are its constants (the same dot products, without gathering)."""
+    if one_gpu_ci_w is not None:
+        return (float(np.full(len(m), float(one_gpu_ci_w[0])) @ d),
+                float(np.full(len(m), float(one_gpu_ci_w[1])) @ d))
+    return float(lo[m] @ d), float(hi[m] @ d)
 
 
 def idle_row_candidates(idle: tuple[IdleRow, ...],
