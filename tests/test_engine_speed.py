@@ -112,9 +112,9 @@ def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
     assert np.allclose(arr.idle_energy_j, want, rtol=1e-12, atol=0.0)
 
 
-def direct_window_fractions(busy: BusyFunction, t_ns: I64, window_ms: float, lag_ms: float,
-                            tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0)
-                            ) -> F64:
+def direct_window_fractions(busy: BusyFunction | PrefixSumBusy, t_ns: I64, window_ms: float,
+                            lag_ms: float, tau_ms: float = 0.0, *,
+                            slow: tuple[float, float] = (0.0, 0.0)) -> F64:
     """The activity matrix as ``timebase.window_fractions`` computed it before the lag search
     was batched: every window edge in one call, delay-major."""
     from attribution.engine.timebase import _delays
@@ -156,3 +156,12 @@ def test_batched_window_fractions_are_bit_identical(budget: int,
     x1 = timebase.window_fractions(busy, t[:3], 10.0, 5.0, 0.8)
     assert np.array_equal(x1, direct_window_fractions(busy, t[:3], 10.0, 5.0, 0.8))
     assert timebase.window_fractions(busy, t[:0], 10.0, 5.0, 0.8).shape == (0, 3)
+    # readings out of order (the busy function then sorts the queries itself)
+    sh = t[np.random.default_rng(1).permutation(len(t))]
+    for (lag, tau), x in zip(specs, timebase.iter_window_fractions(busy, sh, 25.0, specs),
+                             strict=True):
+        assert np.array_equal(x, direct_window_fractions(busy, sh, 25.0, lag, tau))
+    # any busy callable (no by_group): the generic layout
+    plain = PrefixSumBusy(start, end, group, 3, origin_ns=0)
+    x2 = timebase.window_fractions(plain, t, 25.0, 1.75, 0.4)
+    assert np.array_equal(x2, direct_window_fractions(plain, t, 25.0, 1.75, 0.4))

@@ -158,8 +158,32 @@ class BusyFunction:
             self._parts.append(_knots(s_all[sel], e_all[sel]))
 
     def __call__(self, t_ns: I64) -> F64:
+        out = np.zeros((len(t_ns), self.n_groups), np.float64)
+        order, values = self._values(t_ns)
+        for g, v in values:
+            if order is None:
+                out[:, g] = v
+            else:
+                out[order, g] = v
+        return out
+
+    def by_group(self, t_ns: I64, shape: tuple[int, int]) -> F64:
+        """``self(t_ns)`` laid out (shape[1], shape[0], groups) for queries that form a
+        (shape[0], shape[1]) block in row order: the lag search's layout, written once rather
+        than as a (queries, groups) array and then a transposed copy of it."""
+        order, values = self._values(t_ns)
+        if order is not None:  # queries not in the block layout the method is meant for
+            full = self(t_ns).reshape(shape[0], shape[1], self.n_groups)
+            return np.ascontiguousarray(full.transpose(1, 0, 2))
+        out = np.zeros((shape[1], shape[0], self.n_groups), np.float64)
+        for g, v in values:
+            out[:, :, g] = v.reshape(shape).T
+        return out
+
+    def _values(self, t_ns: I64) -> tuple[I64 | None, list[tuple[int, F64]]]:
+        """B_g at the queries for each group with items: (order, [(g, values)]); the values
+        are in query order when ``order`` is None, else in the order ``order``."""
         t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
-        out = np.zeros((len(t), self.n_groups), np.float64)
         # np.interp starts each search from the previous key's position: sorted queries (the
         # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's
         # order.  Nearly sorted queries (a few sorted runs in order of their starts, as
@@ -167,14 +191,8 @@ class BusyFunction:
         # back costs one full search, less than sorting.
         order = None if _nearly_sorted(t) else np.argsort(t, kind="stable")
         ts = t if order is None else t[order]
-        for g, (x, b) in enumerate(self._parts):
-            if len(x):
-                v = np.interp(ts, x, b, left=0.0, right=float(b[-1]))
-                if order is None:
-                    out[:, g] = v
-                else:
-                    out[order, g] = v
-        return out
+        return order, [(g, np.interp(ts, x, b, left=0.0, right=float(b[-1])))
+                       for g, (x, b) in enumerate(self._parts) if len(x)]
 
 
 def _nearly_sorted(t: F64) -> bool:

@@ -161,9 +161,14 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         offs = np.concatenate([p[0] for p in plans[i:j]])
         asc = np.unique(np.concatenate([offs, offs + w_ns]))
         cols = asc[::-1]  # descending offsets: ascending times within each reading
-        vals = busy((t_ns[:, None] - cols[None, :]).reshape(-1))
+        q = (t_ns[:, None] - cols[None, :]).reshape(-1)
         # (edge, reading, group), then every pair's (delay, reading, group) fractions
-        vals = np.ascontiguousarray(vals.reshape(n, len(cols), vals.shape[-1]).transpose(1, 0, 2))
+        by_group = getattr(busy, "by_group", None)
+        if by_group is not None:
+            vals = by_group(q, (n, len(cols)))
+        else:
+            v = busy(q)
+            vals = np.ascontiguousarray(v.reshape(n, len(cols), v.shape[-1]).transpose(1, 0, 2))
         ih = len(cols) - 1 - np.searchsorted(asc, offs)
         il = len(cols) - 1 - np.searchsorted(asc, offs + w_ns)
         frac = vals[ih]
