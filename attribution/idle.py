@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution.intsets import distinct_ints
 from attribution.model import I16, I64, U8, ApiKind, B, Trace
 from attribution.snapshot import IDLE_CAUSES
 
@@ -62,20 +63,49 @@ def union_segments(start_ns: I64, end_ns: I64) -> tuple[I64, I64]:
     if len(start_ns) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     order = np.argsort(start_ns, kind="stable")
-    s = start_ns[order].astype(np.int64)
-    e = np.maximum(end_ns[order].astype(np.int64), s)
+    seg_s, seg_e, _ = _union_sorted(start_ns[order].astype(np.int64), end_ns[order])
+    return seg_s, seg_e
+
+
+def _union_sorted(s: I64, end_ns: I64) -> tuple[I64, I64, I64]:
+    """:func:`union_segments` of intervals already sorted by start (``s`` int64, non-empty),
+    plus the index of each segment's first interval."""
+    e = np.maximum(end_ns.astype(np.int64), s)
     run_end = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], run_end[last]
+    last = np.empty(len(first), np.intp)
+    last[:-1] = first[1:] - 1
+    last[-1] = len(s) - 1
+    return s[first], run_end[last], first
 
 
 def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
     """Time inside ``[a, b]`` covered by disjoint sorted segments (vectorised over a, b)."""
     if len(seg_start) == 0:
         return np.zeros(len(a_ns), np.int64)
+    if (len(a_ns) > 4 * len(seg_start) and bool(np.all(a_ns[1:] >= a_ns[:-1]))
+            and bool(np.all(b_ns[1:] >= b_ns[:-1])) and bool(np.all(b_ns >= a_ns))):
+        return _covered_sorted(seg_start, seg_end, a_ns, b_ns)
+    return _covered(seg_start, seg_end, a_ns, b_ns)
+
+
+def _covered_sorted(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
+    """:func:`covered_ns` for many spans sorted by start and by end (idle gaps) and few
+    segments (sync calls): only the spans a segment reaches are computed, the rest cover 0.
+    Segment i reaches spans ``b > start_i`` and ``a < end_i``: one index range each."""
+    first = np.searchsorted(b_ns, seg_start, side="right")
+    stop = np.maximum(np.searchsorted(a_ns, seg_end, side="left"), first)
+    depth = np.cumsum(np.bincount(first, minlength=len(a_ns) + 1)
+                      - np.bincount(stop, minlength=len(a_ns) + 1))[:len(a_ns)]
+    reached = np.flatnonzero(depth > 0)
+    out = np.zeros(len(a_ns), np.int64)
+    out[reached] = _covered(seg_start, seg_end, a_ns[reached], b_ns[reached])
+    return out
+
+
+def _covered(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
     lengths = seg_end - seg_start
     cum = np.r_[np.int64(0), np.cumsum(lengths)]
 
@@ -91,10 +121,14 @@ def covered_ns(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
 def _item_columns(trace: Trace, device: int) -> tuple[I64, I64, I64]:
     """Start, end and correlation of all GPU items (kernels, copies, memsets) on a device."""
     k, cp, ms = trace.kernels, trace.copies, trace.memsets
-    km, cm, mm = k.device == device, cp.device == device, ms.device == device
-    s = np.concatenate([k.start_ns[km], cp.start_ns[cm], ms.start_ns[mm]])
-    e = np.concatenate([k.end_ns[km], cp.end_ns[cm], ms.end_ns[mm]])
-    c = np.concatenate([k.correlation[km], cp.correlation[cm], ms.correlation[mm]])
+    cols = []
+    for b in (k, cp, ms):
+        m = b.device == device
+        if bool(m.all()):  # one device (the common case): no gather
+            cols.append((b.start_ns, b.end_ns, b.correlation))
+        else:
+            cols.append((b.start_ns[m], b.end_ns[m], b.correlation[m]))
+    s, e, c = (np.concatenate([x[i] for x in cols]) for i in range(3))
     return s, e, c
 
 
@@ -104,14 +138,27 @@ def busy_segments(trace: Trace, device: int) -> tuple[I64, I64]:
     return union_segments(s, e)
 
 
+MAX_TABLE_PER_ROW = 4
+"""Correlation ids are looked up in a table when they span at most this many per API row."""
+
+
 def _issue_end_ns(trace: Trace, correlation: I64) -> tuple[I64, B]:
-    """End time of the host call that issued each item (by correlation id) and a found mask."""
+    """End time of the host call that issued each item (by correlation id) and a found mask
+    (the first issuing call with that id, by row, when several share it)."""
     apis = trace.apis
     issue = (apis.kind != ApiKind.SYNC) & (apis.correlation >= 0)
     corr = apis.correlation[issue]
     ends = apis.end_ns[issue]
     if len(corr) == 0 or len(correlation) == 0:
         return np.zeros(len(correlation), np.int64), np.zeros(len(correlation), bool)
+    lo, hi = int(corr.min()), int(corr.max())
+    if hi - lo <= MAX_TABLE_PER_ROW * len(corr) + 1024 and bool(np.all(corr[1:] > corr[:-1])):
+        # distinct increasing ids in a dense range (CUPTI and Kineto number them so): a table
+        table = np.full(hi - lo + 1, -1, np.intp)
+        table[corr - lo] = np.arange(len(corr))
+        j = table[np.clip(correlation - lo, 0, hi - lo)]
+        found = (j >= 0) & (correlation >= lo) & (correlation <= hi)
+        return ends[j], found  # (where not found: any end; callers mask by found)
     order = np.argsort(corr, kind="stable")
     corr, ends = corr[order], ends[order]
     j = np.clip(np.searchsorted(corr, correlation), 0, len(corr) - 1)
@@ -131,31 +178,50 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
     out_s, out_e, out_d, out_c = [], [], [], []
     for dev in devices:
         s, e, corr = _item_columns(trace, dev)
-        inwin = (e > window_start_ns) & (s < window_end_ns)
-        s, e, corr = s[inwin], e[inwin], corr[inwin]
-        order = np.argsort(s, kind="stable")
-        s, e, corr = s[order], e[order], corr[order]
-        seg_s, seg_e = union_segments(s, e)
-        seg_s = np.clip(seg_s, window_start_ns, window_end_ns)
-        seg_e = np.clip(seg_e, window_start_ns, window_end_ns)
-        gap_s = np.r_[np.int64(window_start_ns), seg_e]
-        gap_e = np.r_[seg_s, np.int64(window_end_ns)]
-        # the item that ends each gap: the first (sorted) item starting at the segment start
-        first_item = np.searchsorted(s, seg_s, side="left")
-        next_corr = np.r_[corr[np.clip(first_item, 0, max(len(s) - 1, 0))] if len(s) else
-                          np.empty(0, np.int64), np.int64(-1)]
-        keep = gap_e > gap_s
-        gap_s, gap_e, next_corr = gap_s[keep], gap_e[keep], next_corr[keep]
+        if len(s) and not (int(e.min()) > window_start_ns and int(s.max()) < window_end_ns):
+            inwin = (e > window_start_ns) & (s < window_end_ns)
+            s, e, corr = s[inwin], e[inwin], corr[inwin]
+        if not bool(np.all(s[1:] >= s[:-1])):
+            order = np.argsort(s, kind="stable")
+            s, e, corr = s[order], e[order], corr[order]
+        n_seg = 0
+        first = np.empty(0, np.intp)
+        gap_s = np.empty(1, np.int64)
+        gap_e = np.empty(1, np.int64)
+        if len(s):
+            seg_s, seg_e, first = _union_sorted(s.astype(np.int64, copy=False), e)
+            n_seg = len(seg_s)
+            # gaps: window start → first segment, between segments, last segment → window end
+            gap_s = np.empty(n_seg + 1, np.int64)
+            gap_s[1:] = seg_e
+            gap_e = np.empty(n_seg + 1, np.int64)
+            gap_e[:-1] = seg_s
+            # every item overlaps the window, so only the first segment can start before it
+            # and only the last end after it: clipping touches those two
+            gap_e[0] = min(max(int(gap_e[0]), window_start_ns), window_end_ns)
+            gap_s[-1] = min(max(int(gap_s[-1]), window_start_ns), window_end_ns)
+        gap_s[0] = window_start_ns
+        gap_e[-1] = window_end_ns
+        # the item that ends each gap: the first (sorted) item of the segment after it (a
+        # first segment clipped at the window start follows an empty gap, dropped below)
+        next_corr = np.empty(n_seg + 1, np.int64)
+        next_corr[:-1] = corr[first]
+        next_corr[-1] = -1
+        # segments are disjoint and apart, so only the first and last gap can be empty
+        a = 0 if gap_e[0] > gap_s[0] else 1
+        b = n_seg + 1 if gap_e[-1] > gap_s[-1] else n_seg
+        if (a, b) != (0, n_seg + 1):
+            gap_s, gap_e, next_corr = gap_s[a:b], gap_e[a:b], next_corr[a:b]
         dur = gap_e - gap_s
         cover = covered_ns(sync_s, sync_e, gap_s, gap_e)
         issue_end, found = _issue_end_ns(trace, next_corr)
         late = found & (issue_end >= gap_s - LAUNCH_TOL_NS)
         if not have_api:
             late = dur <= STALL_NS
-        cause = np.full(len(dur), OTHER, np.uint8)
-        cause[late] = LAUNCH_GAP
+        cause = np.where(late, np.uint8(LAUNCH_GAP), np.uint8(OTHER))
         cause[dur > STALL_NS] = HOST_STALL
-        cause[cover > SYNC_COVER * dur] = SYNC_WAIT
+        some = np.flatnonzero(cover)  # a gap no sync call reaches covers 0: not a sync wait
+        cause[some[cover[some] > SYNC_COVER * dur[some]]] = SYNC_WAIT
         out_s.append(gap_s)
         out_e.append(gap_e)
         out_d.append(np.full(len(dur), dev, np.int16))
@@ -170,11 +236,12 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
 def device_indices(trace: Trace) -> list[int]:
     """Devices that have GPU activity or power readings, else the declared ones, else [0]."""
     found = np.unique(np.concatenate([
-        trace.kernels.device, trace.copies.device, trace.memsets.device,
-        trace.power.device]).astype(np.int64))
+        distinct_ints(b.device) for b in (trace.kernels, trace.copies, trace.memsets,
+                                          trace.power)]))
     found = found[found >= 0]
     if len(found):
         return [int(d) for d in found]
     if trace.devices:
         return sorted(d.index for d in trace.devices)
     return [0]
+

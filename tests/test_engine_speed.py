@@ -110,3 +110,58 @@ def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
             for d, ns in zip(arr.idle.device.tolist(), arr.idle.duration_ns.tolist(),
                              strict=True)]
     assert np.allclose(arr.idle_energy_j, want, rtol=1e-12, atol=0.0)
+
+
+def direct_window_fractions(busy: BusyFunction | PrefixSumBusy, t_ns: I64, window_ms: float,
+                            lag_ms: float, tau_ms: float = 0.0, *,
+                            slow: tuple[float, float] = (0.0, 0.0)) -> F64:
+    """The activity matrix as ``timebase.window_fractions`` computed it before the lag search
+    was batched: every window edge in one call, delay-major."""
+    from attribution.engine.timebase import _delays
+
+    n = len(t_ns)
+    u, wt = _delays(tau_ms, slow)
+    hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
+    lo = hi - np.int64(round(window_ms * 1e6))
+    both = busy(np.concatenate([lo, hi]))
+    m = len(hi)
+    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+    return np.asarray(np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1))
+
+
+@pytest.mark.parametrize("budget", [1, 5_000, 4_000_000])
+def test_batched_window_fractions_are_bit_identical(budget: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lag search's batched activity matrices equal one ``window_fractions`` call each,
+    to the bit (so the grid search picks the same lag), whatever the batch size."""
+    from attribution.engine import timebase
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    start = np.sort(rng.integers(0, 20_000_000_000, n))
+    end = start + rng.integers(0, 4_000_000, n)
+    group = rng.integers(0, 3, n).astype(np.int32)
+    busy = BusyFunction(start, end, group, 3, origin_ns=0)
+    t = np.sort(rng.integers(200_000_000, 19_800_000_000, 150))
+    specs = [(-20.0, 0.0), (1.75, 0.0), (0.25, 0.4), (-2.5, 3.0), (1.75, 0.0), (59.0, 1.2)]
+    monkeypatch.setattr(timebase, "BATCH_VALUES", budget)
+    for slow in ((0.0, 0.0), (120.0, 0.3)):
+        got = list(timebase.iter_window_fractions(busy, t, 25.0, specs, slow=slow))
+        assert len(got) == len(specs)
+        for (lag, tau), x in zip(specs, got, strict=True):
+            want = direct_window_fractions(busy, t, 25.0, lag, tau, slow=slow)
+            assert x.shape == want.shape == (len(t), 3)
+            assert np.array_equal(x, want)
+    # a different window length and a short reading list
+    x1 = timebase.window_fractions(busy, t[:3], 10.0, 5.0, 0.8)
+    assert np.array_equal(x1, direct_window_fractions(busy, t[:3], 10.0, 5.0, 0.8))
+    assert timebase.window_fractions(busy, t[:0], 10.0, 5.0, 0.8).shape == (0, 3)
+    # readings out of order (the busy function then sorts the queries itself)
+    sh = t[np.random.default_rng(1).permutation(len(t))]
+    for (lag, tau), x in zip(specs, timebase.iter_window_fractions(busy, sh, 25.0, specs),
+                             strict=True):
+        assert np.array_equal(x, direct_window_fractions(busy, sh, 25.0, lag, tau))
+    # any busy callable (no by_group): the generic layout
+    plain = PrefixSumBusy(start, end, group, 3, origin_ns=0)
+    x2 = timebase.window_fractions(plain, t, 25.0, 1.75, 0.4)
+    assert np.array_equal(x2, direct_window_fractions(plain, t, 25.0, 1.75, 0.4))

@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution.intsets import unique_inverse
 from attribution.model import F64, I32, I64, MemKind, Trace
 
 KERNEL, COPY, MEMSET = 0, 1, 2
@@ -62,6 +63,8 @@ def items_for_device(trace: Trace, device: int) -> Items:
     k, c, m = trace.kernels, trace.copies, trace.memsets
     km, cm, mm = k.device == device, c.device == device, m.device == device
     k_rows, c_rows, m_rows = np.flatnonzero(km), np.flatnonzero(cm), np.flatnonzero(mm)
+    # one device (the common case): its kernel columns as they are, no gather
+    k_sel = slice(None) if len(k_rows) == len(k) else k_rows
     labels: list[str] = []
     src: list[int] = []
     keys: list[tuple[str, str]] = []
@@ -78,14 +81,14 @@ def items_for_device(trace: Trace, device: int) -> Items:
         return i
 
     # kernels: one class per name id
-    kid = k.name_id[k_rows]
-    uk, kinv = np.unique(kid, return_inverse=True)
+    kid = k.name_id[k_sel]
+    uk, kinv = unique_inverse(kid)
     kmap = np.array([add(f"kernel:{_name(trace, int(u))}", KERNEL, (_name(trace, int(u)), ""))
                      for u in uk], dtype=np.int32)
     # copies: one class per (kind, memory label)
     ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
             + c.dst_mem[c_rows].astype(np.int64))
-    uc, cinv = np.unique(ckey, return_inverse=True)
+    uc, cinv = unique_inverse(ckey)
     cl: list[int] = []
     for u in uc:
         kv = int(u) // 64
@@ -94,7 +97,7 @@ def items_for_device(trace: Trace, device: int) -> Items:
         cl.append(add(f"copy:{kind}/{mem}", COPY, (kind, mem)))
     cmap = np.array(cl, dtype=np.int32)
     mkey = m.mem[m_rows].astype(np.int64)
-    um, minv = np.unique(mkey, return_inverse=True)
+    um, minv = unique_inverse(mkey)
     ml: list[int] = []
     for u in um:
         mem = MemKind(int(u)).label if int(u) in MemKind._value2member_map_ else "unknown"
@@ -102,16 +105,16 @@ def items_for_device(trace: Trace, device: int) -> Items:
     mmap = np.array(ml, dtype=np.int32)
     cls = np.concatenate([kmap[kinv] if len(kmap) else np.empty(0, np.int32),
                           cmap[cinv] if len(cmap) else np.empty(0, np.int32),
-                          mmap[minv] if len(mmap) else np.empty(0, np.int32)]).astype(np.int32)
+                          mmap[minv] if len(mmap) else np.empty(0, np.int32)])
     return Items(
         device=device,
-        start_ns=np.concatenate([k.start_ns[k_rows], c.start_ns[c_rows], m.start_ns[m_rows]]),
-        end_ns=np.concatenate([k.end_ns[k_rows], c.end_ns[c_rows], m.end_ns[m_rows]]),
+        start_ns=np.concatenate([k.start_ns[k_sel], c.start_ns[c_rows], m.start_ns[m_rows]]),
+        end_ns=np.concatenate([k.end_ns[k_sel], c.end_ns[c_rows], m.end_ns[m_rows]]),
         source=np.concatenate([np.full(len(k_rows), KERNEL, np.int32),
                                np.full(len(c_rows), COPY, np.int32),
                                np.full(len(m_rows), MEMSET, np.int32)]),
-        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64),
-        cls=cls,
+        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64, copy=False),
+        cls=cls.astype(np.int32, copy=False),
         labels=tuple(labels),
         class_source=tuple(src),
         class_key=tuple(keys),
@@ -140,28 +143,67 @@ class BusyFunction:
         self.n_groups = n_groups
         s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
         e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
-        order = np.argsort(group, kind="stable")
-        bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
+        if (len(group) and n_groups <= 1 << 16 and int(group.min()) >= 0
+                and int(group.max()) < n_groups):
+            # few groups: a radix sort of the narrow key and bounds from the counts
+            key = group.astype(np.uint8 if n_groups <= 256 else np.uint16)
+            order = np.argsort(key, kind="stable") if n_groups > 1 else np.arange(len(group))
+            bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_groups))]
+        else:
+            order = np.argsort(group, kind="stable")
+            bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
         self._parts: list[tuple[F64, F64]] = []
         for g in range(n_groups):
             sel = order[bounds[g]:bounds[g + 1]]
             self._parts.append(_knots(s_all[sel], e_all[sel]))
 
     def __call__(self, t_ns: I64) -> F64:
-        t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
-        out = np.zeros((len(t), self.n_groups), np.float64)
-        # np.interp starts each search from the previous key's position: sorted queries (the
-        # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's order
-        order = None if bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
-        ts = t if order is None else t[order]
-        for g, (x, b) in enumerate(self._parts):
-            if len(x):
-                v = np.interp(ts, x, b, left=0.0, right=float(b[-1]))
-                if order is None:
-                    out[:, g] = v
-                else:
-                    out[order, g] = v
+        out = np.zeros((len(t_ns), self.n_groups), np.float64)
+        order, values = self._values(t_ns)
+        for g, v in values:
+            if order is None:
+                out[:, g] = v
+            else:
+                out[order, g] = v
         return out
+
+    def by_group(self, t_ns: I64, shape: tuple[int, int]) -> F64:
+        """``self(t_ns)`` laid out (shape[1], shape[0], groups) for queries that form a
+        (shape[0], shape[1]) block in row order: the lag search's layout, written once rather
+        than as a (queries, groups) array and then a transposed copy of it."""
+        order, values = self._values(t_ns)
+        if order is not None:  # queries not in the block layout the method is meant for
+            full = self(t_ns).reshape(shape[0], shape[1], self.n_groups)
+            return np.ascontiguousarray(full.transpose(1, 0, 2))
+        out = np.zeros((shape[1], shape[0], self.n_groups), np.float64)
+        for g, v in values:
+            out[:, :, g] = v.reshape(shape).T
+        return out
+
+    def _values(self, t_ns: I64) -> tuple[I64 | None, list[tuple[int, F64]]]:
+        """B_g at the queries for each group with items: (order, [(g, values)]); the values
+        are in query order when ``order`` is None, else in the order ``order``."""
+        t = (t_ns - self.origin_ns).astype(np.float64) * 1e-9
+        # np.interp starts each search from the previous key's position: sorted queries (the
+        # lag search asks for clusters of nearby times) are ~1.6x cheaper than the caller's
+        # order.  Nearly sorted queries (a few sorted runs in order of their starts, as
+        # timebase.iter_window_fractions lays them out) are answered as they come: each step
+        # back costs one full search, less than sorting.
+        order = None if _nearly_sorted(t) else np.argsort(t, kind="stable")
+        ts = t if order is None else t[order]
+        return order, [(g, np.interp(ts, x, b, left=0.0, right=float(b[-1])))
+                       for g, (x, b) in enumerate(self._parts) if len(x)]
+
+
+def _nearly_sorted(t: F64) -> bool:
+    """Sorted runs, few of them, each starting after the previous run's start."""
+    steps_back = np.flatnonzero(t[1:] < t[:-1])
+    if len(steps_back) == 0:
+        return True
+    if len(steps_back) * 64 > len(t):
+        return False
+    starts = t[np.r_[0, steps_back + 1]]
+    return bool(np.all(starts[1:] >= starts[:-1]))
 
 
 def _knots(s: F64, e: F64) -> tuple[F64, F64]:
@@ -169,15 +211,28 @@ def _knots(s: F64, e: F64) -> tuple[F64, F64]:
     n = len(s)
     if n == 0:
         return np.empty(0, np.float64), np.empty(0, np.float64)
-    t = np.concatenate([s, e])
-    step = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = np.argsort(t, kind="stable")
-    ts = t[order]
-    running = np.cumsum(step[order])
+    # one instance after another (one stream, in order: the common case): the knots are
+    # s0 e0 s1 e1 ... already, with 1 instance running after each start and 0 after each end
+    ts = np.empty(2 * n, np.float64)
+    ts[0::2] = s
+    ts[1::2] = e
+    dt = np.diff(ts)
     b = np.empty(len(ts), np.float64)
     b[0] = 0.0
-    np.cumsum(running[:-1] * np.diff(ts), out=b[1:])
-    last = np.r_[np.diff(ts) > 0, True]  # equal times: keep one knot (B is continuous)
+    if bool((dt >= 0.0).all()):
+        term = dt.copy()
+        term[1::2] = 0.0
+        np.cumsum(term, out=b[1:])
+    else:
+        t = np.concatenate([s, e])
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        running = np.cumsum(np.where(order < n, 1, -1))  # instances running after each knot
+        dt = np.diff(ts)
+        np.cumsum(running[:-1] * dt, out=b[1:])
+    last = np.empty(len(ts), bool)  # equal times: keep one knot (B is continuous)
+    np.greater(dt, 0.0, out=last[:-1])
+    last[-1] = True
     return ts[last], b[last]
 
 
@@ -196,14 +251,49 @@ def idle_share_s(start_ns: I64, end_ns: I64, origin_ns: int) -> F64:
     n = len(start_ns)
     if n == 0:
         return np.empty(0, np.float64)
+    quick = _share_one_at_a_time(start_ns, end_ns, origin_ns)
+    if quick is not None:
+        return quick
     t = np.concatenate([start_ns, end_ns]) - origin_ns
-    d = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
-    order = np.lexsort((d, t))  # ends before starts at equal times
+    # sort by (time, ends before starts): one stable sort of 2t + (is start)
+    key = t * 2
+    key[:n] += 1
+    order = np.argsort(key, kind="stable")
     ts = t[order].astype(np.float64) * 1e-9
-    k = np.cumsum(d[order])
+    k = np.cumsum(np.where(order < n, 1, -1))
     seg = np.diff(ts)
     rate = np.where(k[:-1] > 0, 1.0 / np.maximum(k[:-1], 1), 0.0)
     g = np.r_[0.0, np.cumsum(seg * rate)]
-    gs = np.interp((start_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
-    ge = np.interp((end_ns - origin_ns).astype(np.float64) * 1e-9, ts, g)
-    return np.asarray(np.maximum(ge - gs, 0.0), dtype=np.float64)
+    # G at each item's own start and end: where the sort put them (G is flat across equal
+    # times, so this is what interpolating G there gives, without a search)
+    pos = np.empty(2 * n, np.intp)
+    pos[order] = np.arange(2 * n)
+    return np.asarray(np.maximum(g[pos[n:]] - g[pos[:n]], 0.0), dtype=np.float64)
+
+
+def _share_one_at_a_time(start_ns: I64, end_ns: I64, origin_ns: int) -> F64 | None:
+    """:func:`idle_share_s` when no two items overlap (one stream, serialised: the common
+    case), else None.  In start order the events are then s0 e0 s1 e1 ... with one item
+    running after each start and none after each end, so G needs no sort of the events and
+    no search; the sums are the same, term for term (equal times add zero-length terms)."""
+    ordered = bool(np.all(start_ns[1:] >= start_ns[:-1]))
+    by_start = None if ordered else np.argsort(start_ns, kind="stable")
+    s = start_ns if by_start is None else start_ns[by_start]
+    e = end_ns if by_start is None else end_ns[by_start]
+    t = np.empty(2 * len(s), np.int64)
+    t[0::2] = s
+    t[1::2] = e
+    t -= origin_ns
+    if not bool(np.all(t[1:] >= t[:-1])):
+        return None
+    seg = np.diff(t.astype(np.float64) * 1e-9)
+    seg[1::2] = 0.0  # nothing runs between an end and the next start
+    g = np.empty(len(t), np.float64)
+    g[0] = 0.0
+    np.cumsum(seg, out=g[1:])
+    share = np.maximum(g[1::2] - g[0::2], 0.0)
+    if by_start is None:
+        return share
+    out = np.empty(len(share), np.float64)
+    out[by_start] = share
+    return out

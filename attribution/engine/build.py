@@ -225,7 +225,7 @@ def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
     t = np.bincount(unit, weights=items.duration_ns.astype(np.float64), minlength=2 * n_cls)
     live = np.flatnonzero(np.bincount(unit, minlength=2 * n_cls) > 0).tolist()
     order = sorted(live, key=lambda u: (-t[u], items.labels[u // 2], u % 2))
-    group_of_unit = np.full(2 * n_cls, -1, np.int64)
+    group_of_unit = np.full(2 * n_cls, -1, np.int32)
     for rank, u in enumerate(order):
         group_of_unit[u] = min(rank, MAX_GROUPS)
     n_groups = min(len(order), MAX_GROUPS + 1) if len(order) > MAX_GROUPS else len(order)
@@ -233,8 +233,18 @@ def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
     kind = np.zeros(n_groups, np.int32)
     for u in order:
         kind[group_of_unit[u]] = 2 * items.class_source[u // 2] + (u % 2)
-    item_group = group_of_unit[unit] if len(items) else np.empty(0, np.int64)
-    return (item_group.astype(np.int32), class_group.astype(np.int32), kind, n_groups)
+    item_group = group_of_unit[unit] if len(items) else np.empty(0, np.int32)
+    return (item_group, class_group.astype(np.int32), kind, n_groups)
+
+
+def _clipped(items: Items, win: tuple[int, int]) -> tuple[I64, I64]:
+    """Item starts and ends clipped to the window (the columns themselves when every item
+    lies inside it, as the batch window from :func:`trace_window` makes them)."""
+    if len(items) and (int(items.start_ns.min()) >= win[0] and int(items.end_ns.max()) <= win[1]
+                       and int(items.end_ns.min()) >= win[0]
+                       and int(items.start_ns.max()) <= win[1]):
+        return items.start_ns, items.end_ns
+    return np.clip(items.start_ns, win[0], win[1]), np.clip(items.end_ns, win[0], win[1])
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
@@ -245,8 +255,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     clamped = clamped_items(trace, device, items.start_ns)
     item_group, group, group_kind, n_groups = _unit_groups(items, clamped)
     origin = win[0]
-    s_ns = np.clip(items.start_ns, win[0], win[1])
-    e_ns = np.clip(items.end_ns, win[0], win[1])
+    s_ns, e_ns = _clipped(items, win)
 
     busy = BusyFunction(s_ns, e_ns, item_group, n_groups, origin_ns=origin)
 
@@ -452,9 +461,14 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         dyn = np.zeros(len(batch))
         full = np.zeros(len(batch))
         for r in results:
-            m = r.items.source == src
-            dyn[r.items.row[m]] = r.item_dynamic_j[m]
-            full[r.items.row[m]] = r.item_energy_j[m]
+            # items come kernels, then copies, then memsets (items_for_device), rows ascending
+            a, b = np.searchsorted(r.items.source, [src, src + 1])
+            if b - a == len(batch):  # every row of the batch is on this device, in order
+                dyn[:] = r.item_dynamic_j[a:b]
+                full[:] = r.item_energy_j[a:b]
+            else:
+                dyn[r.items.row[a:b]] = r.item_dynamic_j[a:b]
+                full[r.items.row[a:b]] = r.item_energy_j[a:b]
         out[src] = (dyn, full)
     return Arrays(
         window_start_ns=win[0], window_end_ns=win[1],

@@ -115,17 +115,33 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
     measured = 0.0
     have_measured = bool(arrays.devices) and arrays.has_power
     idle = arrays.idle
+    # the gaps of each (device, cause), in gap order: one stable sort, then slices (the same
+    # elements in the same order as a mask, so the same sums)
+    causes = len(IDLE_CAUSES)
+    dev_ix = {r.device: i for i, r in enumerate(arrays.devices)}
+    if len(dev_ix) == 1:
+        slot = np.where(idle.device == arrays.devices[0].device, 0, 1)
+    else:
+        lut = np.full(1 << 16, len(dev_ix), np.int64)  # device columns are int16
+        for d, i in dev_ix.items():
+            lut[d & 0xFFFF] = i
+        slot = lut[idle.device.astype(np.int64) & 0xFFFF]
+    key = np.where(idle.cause < causes, slot * causes + idle.cause, (len(dev_ix) + 1) * causes)
+    n_keys = (len(dev_ix) + 1) * causes + 1
+    by_key = np.argsort(key.astype(np.uint8 if n_keys <= 256 else np.int64), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))]
+    dur_ns = idle.duration_ns
     for r in arrays.devices:
         k, c = _kernel_copy_rows(trace, r)
         kernels += k
         copies += c
-        on = idle.device == r.device
         for ci, cause in enumerate(IDLE_CAUSES):
-            m = on & (idle.cause == ci)
+            j = dev_ix[r.device] * causes + ci
+            m = by_key[bounds[j]:bounds[j + 1]]
             idle_rows.append(IdleRow(
                 cause=cause, gpu=r.device,
-                time_s=float(idle.duration_ns[m].sum()) * 1e-9,
-                energy_j=float(arrays.idle_energy_j[m].sum()), count=int(m.sum())))
+                time_s=float(dur_ns[m].sum()) * 1e-9,
+                energy_j=float(arrays.idle_energy_j[m].sum()), count=len(m)))
         s = r.sensor
         gpus.append(GpuInfo(r.device, r.name, r.model,
                             SensorInfo(s.field, s.period_ms, s.window_ms, s.lag_ms)))

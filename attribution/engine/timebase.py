@@ -10,7 +10,7 @@ time constant τ), and the grid search of D (and τ) that best explains the read
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -100,6 +100,18 @@ ActivityFn = Callable[[I64], F64]
 """``B(t)``: busy seconds per group up to each time (shape (len(t), groups))."""
 
 
+def _delays(tau_ms: float, slow: tuple[float, float]) -> tuple[F64, F64]:
+    """Delay quantiles u (ms) and their weights for a response τ (and slow stage)."""
+    q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
+    u = tau_ms * q if tau_ms > 0 else np.zeros(1)
+    wt = np.full(len(u), 1.0 / len(u))
+    tau2, w2 = slow
+    if tau2 > 0 and w2 > 0:
+        u = np.concatenate([u, tau2 * q])
+        wt = np.concatenate([wt * (1.0 - w2), np.full(TAU_POINTS, w2 / TAU_POINTS)])
+    return u, wt
+
+
 def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float,
                      tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0)) -> F64:
     """Per-group busy fraction inside each reading's window [t − D − W, t − D].
@@ -110,21 +122,64 @@ def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: floa
     = (τ₂, w) adds a second, slow stage (consumer boards ramp in two stages): a fraction w of
     the power follows Exp(τ₂) instead; the delay is then the mixture.
     """
+    return next(iter_window_fractions(busy, t_ns, window_ms, [(lag_ms, tau_ms)], slow=slow))
+
+
+BATCH_VALUES = 4_000_000
+"""Busy-function values (queries × groups) held at once by :func:`iter_window_fractions`."""
+
+
+def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
+                          specs: Sequence[tuple[float, float]], *,
+                          slow: tuple[float, float] = (0.0, 0.0)) -> Iterator[F64]:
+    """:func:`window_fractions` for each (lag, τ) of ``specs`` in turn, bit-identical to one
+    call each.
+
+    The lag search asks for the same readings at dozens of nearby lags.  Here every distinct
+    window edge ``t_k − offset`` of a batch of pairs is asked of ``busy`` in one call, laid
+    out reading by reading with offsets descending (so the times come nearly sorted and a
+    busy function's search resumes from the previous answer instead of starting over in
+    millions of knots); each pair's matrix is then assembled from those values with the
+    same arithmetic as :func:`window_fractions`.  Batches hold at most ``BATCH_VALUES``
+    values, so memory stays that of a few single calls however long the trace.
+    """
     n = len(t_ns)
-    q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
-    u = tau_ms * q if tau_ms > 0 else np.zeros(1)
-    wt = np.full(len(u), 1.0 / len(u))
-    tau2, w2 = slow
-    if tau2 > 0 and w2 > 0:
-        u = np.concatenate([u, tau2 * q])
-        wt = np.concatenate([wt * (1.0 - w2), np.full(TAU_POINTS, w2 / TAU_POINTS)])
-    hi = (t_ns[None, :] - np.rint((lag_ms + u[:, None]) * 1e6).astype(np.int64)).reshape(-1)
-    lo = hi - np.int64(round(window_ms * 1e6))
-    both = busy(np.concatenate([lo, hi]))
-    m = len(hi)
-    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
-    out = np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1)
-    return np.asarray(out, dtype=np.float64)
+    w_ns = np.int64(round(window_ms * 1e6))
+    plans: list[tuple[I64, F64]] = []
+    for lag_ms, tau_ms in specs:
+        u, wt = _delays(tau_ms, slow)
+        plans.append((np.rint((lag_ms + u) * 1e6).astype(np.int64), wt))
+    per_query = max(int(getattr(busy, "n_groups", 8)), 1)
+    i = 0
+    while i < len(plans):
+        # a batch of pairs whose window edges fit the value budget (at least one pair)
+        j, cols_n = i, 0
+        while j < len(plans) and (j == i or (cols_n + 2 * len(plans[j][0])) * n * per_query
+                                  <= BATCH_VALUES):
+            cols_n += 2 * len(plans[j][0])
+            j += 1
+        offs = np.concatenate([p[0] for p in plans[i:j]])
+        asc = np.unique(np.concatenate([offs, offs + w_ns]))
+        cols = asc[::-1]  # descending offsets: ascending times within each reading
+        q = (t_ns[:, None] - cols[None, :]).reshape(-1)
+        # (edge, reading, group), then every pair's (delay, reading, group) fractions
+        by_group = getattr(busy, "by_group", None)
+        if by_group is not None:
+            vals = by_group(q, (n, len(cols)))
+        else:
+            v = busy(q)
+            vals = np.ascontiguousarray(v.reshape(n, len(cols), v.shape[-1]).transpose(1, 0, 2))
+        ih = len(cols) - 1 - np.searchsorted(asc, offs)
+        il = len(cols) - 1 - np.searchsorted(asc, offs + w_ns)
+        frac = vals[ih]
+        frac -= vals[il]
+        frac /= window_ms * 1e-3
+        at = 0
+        for off, wt in plans[i:j]:
+            yield np.asarray(np.tensordot(wt, frac[at:at + len(off)], axes=1),
+                             dtype=np.float64)
+            at += len(off)
+        i = j
 
 
 def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
@@ -150,8 +205,8 @@ def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
     lo, hi = LAG_GRID_MS
 
     def best(grid: F64) -> tuple[float, float]:
-        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau_ms), y)
-                  for d in grid]
+        scores = [rss(x, y) for x in iter_window_fractions(
+            busy, t_ns, window_ms, [(float(d), tau_ms) for d in grid])]
         i = int(np.argmin(scores))
         return float(grid[i]), float(scores[i])
 
@@ -168,10 +223,15 @@ def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
         return 1.5, 0.0
     lag0, score0 = fit_lag_score(busy, t_ns, y, window_ms, rss)
     best = (score0, lag0, 0.0)
-    for tau in TAU_GRID_MS[1:]:
-        # the response delays by τ on average: search lags around lag0 − τ only
-        grid = np.arange(lag0 - tau - 1.0, lag0 - tau + 1.0 + 1e-9, LAG_FINE_MS)
-        scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau), y) for d in grid]
+    # the response delays by τ on average: search lags around lag0 − τ only
+    grids = [np.arange(lag0 - tau - 1.0, lag0 - tau + 1.0 + 1e-9, LAG_FINE_MS)
+             for tau in TAU_GRID_MS[1:]]
+    xs = iter_window_fractions(busy, t_ns, window_ms,
+                               [(float(d), tau) for tau, grid in zip(TAU_GRID_MS[1:], grids,
+                                                                    strict=True)
+                                for d in grid])
+    for tau, grid in zip(TAU_GRID_MS[1:], grids, strict=True):
+        scores = [rss(next(xs), y) for _ in grid]
         i = int(np.argmin(scores))
         if scores[i] < best[0]:
             best = (float(scores[i]), float(grid[i]), float(tau))
@@ -192,10 +252,10 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
 
     def stage(lag: float) -> tuple[float, tuple[float, float]]:
         # the mixture's activity is (1 − w)·x_fast + w·x_slow: one x_slow per τ₂
-        x_fast = window_fractions(busy, t_ns, window_ms, lag, tau_ms)
+        x_fast, *x_slows = iter_window_fractions(
+            busy, t_ns, window_ms, [(lag, tau_ms)] + [(lag, t2) for t2 in SLOW_TAU_GRID_MS])
         best = (rss(x_fast, y), (0.0, 0.0))
-        for tau2 in SLOW_TAU_GRID_MS:
-            x_slow = window_fractions(busy, t_ns, window_ms, lag, tau2)
+        for tau2, x_slow in zip(SLOW_TAU_GRID_MS, x_slows, strict=True):
             for w in SLOW_WEIGHTS:
                 r = rss((1.0 - w) * x_fast + w * x_slow, y)
                 if r < best[0]:
@@ -206,8 +266,8 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
     if slow == (0.0, 0.0):
         return lag_ms, slow
     grid = np.arange(lag_ms - SLOW_LAG_SPAN_MS, lag_ms + SLOW_LAG_SPAN_MS + 1e-9, 2 * LAG_FINE_MS)
-    scores = [rss(window_fractions(busy, t_ns, window_ms, float(d), tau_ms, slow=slow), y)
-              for d in grid]
+    scores = [rss(x, y) for x in iter_window_fractions(
+        busy, t_ns, window_ms, [(float(d), tau_ms) for d in grid], slow=slow)]
     lag = float(grid[int(np.argmin(scores))])
     _, slow = stage(lag)
     return lag, slow

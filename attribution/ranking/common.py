@@ -61,6 +61,10 @@ class RankInputs:
         devs = np.array([r.device for r in self.arrays.devices] or [-1], dtype=np.int64)
         vals = np.array([[r.p_idle_w, r.p_idle_ci_w[0], r.p_idle_ci_w[1]]
                          for r in self.arrays.devices] or [[0.0, 0.0, 0.0]], dtype=np.float64)
+        if len(devs) == 1 and len(device) and bool(np.all(device == devs[0])):  # one GPU
+            v = np.empty((len(device), 3))
+            v[:] = vals[0]  # the same (n, 3) layout as below: callers' dot products match
+            return v[:, 0], v[:, 1], v[:, 2]
         o = np.argsort(devs)
         k = np.clip(np.searchsorted(devs[o], device), 0, len(devs) - 1)
         hit = devs[o][k] == device
@@ -79,6 +83,13 @@ class RowInputs:
 
 
 RANGE_KINDS = (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION))
+
+
+def has_ranges(trace: Trace) -> bool:
+    """Whether the trace has any NVTX / user-annotation range :func:`enclosing_ranges` could
+    name (callers skip gathering their spans when it has none)."""
+    mk = trace.markers
+    return bool((np.isin(mk.kind, RANGE_KINDS) & (mk.end_ns > mk.start_ns)).any())
 
 
 def enclosing_ranges(trace: Trace, start_ns: I64, end_ns: I64, top: int = 2) -> tuple[str, ...]:

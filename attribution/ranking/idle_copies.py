@@ -20,6 +20,7 @@ from attribution.ranking.common import (
     RankInputs,
     RowInputs,
     enclosing_ranges,
+    has_ranges,
     scaled_ci,
 )
 from attribution.ranking.storms import Storms, in_spans
@@ -57,34 +58,55 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
     if len(storms):
         claimed = (iv.cause == IDLE_CAUSES.index("launch_gap")) & in_spans(
             iv.start_ns, iv.device.astype(np.int64), storms)
-    _, lo, hi = inp.per_record(iv.device.astype(np.int64))
+    devs = inp.arrays.devices
+    one_gpu = len(devs) == 1 and bool(np.all(iv.device == devs[0].device))
+    lo = hi = np.empty(0)
+    if not one_gpu:
+        _, lo, hi = inp.per_record(iv.device.astype(np.int64))
+    # the gaps of each cause (claimed ones apart), in gap order: one radix sort, then slices
+    key = np.where(claimed, len(IDLE_CAUSES), iv.cause).astype(np.uint8)
+    by_cause = np.argsort(key, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=len(IDLE_CAUSES) + 1))]
+    n_claimed = int(claimed.sum())
+    any_ranges = has_ranges(inp.trace)
     out: list[Candidate] = []
     for ci, cause in enumerate(IDLE_CAUSES):
-        m = (iv.cause == ci) & ~claimed
-        if not bool(m.any()):
+        m = by_cause[bounds[ci]:bounds[ci + 1]]
+        if len(m) == 0:
             continue
-        t = float(dur_s[m].sum())
+        d = dur_s[m]
+        t = float(d.sum())
         e = float(inp.arrays.idle_energy_j[m].sum())
         if not e > 0:
             continue
-        n = int(m.sum())
-        med_us = float(np.median(dur_s[m])) * 1e6
+        n = len(m)
+        med_us = float(np.median(d)) * 1e6
         pw = e / t if t > 0 else 0.0
         ev = (f"{n} gaps, {t:.3f} s with no kernel or copy running (median gap {med_us:.0f} µs) "
               f"at {pw:.0f} W active idle")
-        if int(claimed.sum()) and cause == "launch_gap":
-            ev += f" (not counting {int(claimed.sum())} gaps inside tiny-kernel storms)"
-        ranges = enclosing_ranges(inp.trace, iv.start_ns[m], iv.end_ns[m])
+        if n_claimed and cause == "launch_gap":
+            ev += f" (not counting {n_claimed} gaps inside tiny-kernel storms)"
+        ranges = enclosing_ranges(inp.trace, iv.start_ns[m], iv.end_ns[m]) if any_ranges else ()
         if ranges:
             ev += f"; mostly inside range {ranges[0]!r}"
         out.append(Candidate(
             mechanism=f"idle.{cause}", energy_j=e,
-            energy_ci_j=(float(lo[m] @ dur_s[m]), float(hi[m] @ dur_s[m])), evidence=ev,
+            energy_ci_j=_ci(lo, hi, m, d, devs[0].p_idle_ci_w if one_gpu else None), evidence=ev,
             fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
             validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
                         f"{_CHECK[cause]}"),
             owner_names=ranges))
     return out
+
+
+def _ci(lo: np.ndarray, hi: np.ndarray, m: np.ndarray, d: np.ndarray,
+        one_gpu_ci_w: tuple[float, float] | None) -> tuple[float, float]:
+    """(Σ P_idle low × t, Σ P_idle high × t) over the gaps ``m`` (durations ``d``); on one
+    GPU the per-gap powers are its constants (the same dot products, without gathering)."""
+    if one_gpu_ci_w is not None:
+        return (float(np.full(len(m), float(one_gpu_ci_w[0])) @ d),
+                float(np.full(len(m), float(one_gpu_ci_w[1])) @ d))
+    return float(lo[m] @ d), float(hi[m] @ d)
 
 
 def idle_row_candidates(idle: tuple[IdleRow, ...],

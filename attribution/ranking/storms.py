@@ -18,6 +18,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution.intsets import count_le_sorted, distinct_ints, unique_inverse
 from attribution.model import I64
 from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges
 
@@ -46,10 +47,13 @@ def find_storms(inp: RankInputs) -> tuple[Storms, dict[str, int]]:
     kb = inp.trace.kernels
     out: list[tuple[I64, I64, I64, I64, I64]] = []
     names: dict[str, int] = {}
-    for dev in np.unique(kb.device).tolist():
+    for dev in distinct_ints(kb.device).tolist():
         idx = np.flatnonzero(kb.device == dev)
-        idx = idx[np.argsort(kb.start_ns[idx], kind="stable")]
-        s, e = kb.start_ns[idx], kb.end_ns[idx]
+        s = kb.start_ns[idx]
+        if not bool(np.all(s[1:] >= s[:-1])):
+            idx = idx[np.argsort(s, kind="stable")]
+            s = kb.start_ns[idx]
+        e = kb.end_ns[idx]
         d = e - s
         if len(s) < MIN_RUN:
             continue
@@ -63,18 +67,23 @@ def find_storms(inp: RankInputs) -> tuple[Storms, dict[str, int]]:
         cand = np.flatnonzero((n >= MIN_RUN) & short[first])
         if len(cand) == 0:
             continue
-        # median under TINY_NS <=> more than half the run's kernels are under it
-        tiny_n = np.add.reduceat((d < TINY_NS).astype(np.int64), first)[cand]
+        # median under TINY_NS <=> more than half the run's kernels are under it; integer
+        # sums over the candidate runs only (prefix sums: exact)
+        tiny_c = np.r_[0, np.cumsum(d < TINY_NS)]
+        d_c = np.r_[0, np.cumsum(d)]
+        tiny_n = tiny_c[last[cand] + 1] - tiny_c[first[cand]]
         span = e[last[cand]] - s[first[cand]]
-        busy = np.add.reduceat(d, first)[cand]
+        busy = d_c[last[cand] + 1] - d_c[first[cand]]
         ok = (2 * tiny_n > n[cand]) & (span > 0) & ((span - busy) >= MIN_GAP_SHARE * span)
         cand = cand[ok]
         if len(cand) == 0:
             continue
         out.append((np.full(len(cand), dev, np.int64), s[first[cand]], e[last[cand]],
                     n[cand].astype(np.int64), busy[ok].astype(np.int64)))
-        in_storm = np.isin(run, cand)
-        ids, cnt = np.unique(kb.name_id[idx[in_storm]], return_counts=True)
+        storm_run = np.zeros(len(n), bool)
+        storm_run[cand] = True
+        ids, inv = unique_inverse(kb.name_id[idx[storm_run[run]]])
+        cnt = np.bincount(inv, minlength=len(ids))
         for i, c in zip(ids.tolist(), cnt.tolist(), strict=True):
             nm = inp.trace.name(int(i))
             names[nm] = names.get(nm, 0) + int(c)
@@ -122,6 +131,10 @@ def in_spans(t_ns: I64, device: I64, storms: Storms) -> np.ndarray:
         o = np.argsort(s)
         s, e = s[o], e[o]
         on = device == dev
-        k = np.searchsorted(s, t_ns[on], side="right") - 1
-        out[on] = (k >= 0) & (t_ns[on] < e[np.clip(k, 0, None)])
+        t = t_ns if bool(on.all()) else t_ns[on]
+        if len(t) > 4 * len(s) and bool(np.all(t[1:] >= t[:-1])):  # idle gaps come sorted
+            k = count_le_sorted(s, t) - 1
+        else:
+            k = np.searchsorted(s, t, side="right") - 1
+        out[on] = (k >= 0) & (t < e[np.clip(k, 0, None)])
     return out

@@ -1,0 +1,62 @@
+"""Set operations on integer columns in linear time when their values span a small range.
+
+Owns :func:`distinct_ints` and :func:`unique_inverse`: the results of ``np.unique`` (sorted
+distinct values; and the inverse index) computed with one ``bincount`` instead of a hash or a
+sort when the values lie in a range not much larger than the column (device indices, name
+ids, class ids: the engine's common case), and by ``np.unique`` otherwise; and
+:func:`count_le_sorted`, ``searchsorted(..., side="right")`` of many sorted times among a
+few sorted boundaries (gaps among sync calls or storms) by counting instead of searching.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attribution.model import I64
+
+SPAN_PER_VALUE = 4
+"""Use a bincount when the value range is at most this many times the column length."""
+
+
+def _span(a: np.ndarray) -> tuple[int, int] | None:
+    lo, hi = int(a.min()), int(a.max())
+    return (lo, hi) if hi - lo <= SPAN_PER_VALUE * len(a) + 1024 else None
+
+
+def distinct_ints(a: np.ndarray) -> I64:
+    """``np.unique(a)`` of an integer column, as int64."""
+    if len(a) == 0:
+        return np.empty(0, np.int64)
+    span = _span(a)
+    if span is None:
+        return np.unique(a).astype(np.int64)
+    lo, hi = span
+    if lo == hi:
+        return np.array([lo], np.int64)
+    return np.flatnonzero(np.bincount(a.astype(np.intp) - lo, minlength=hi - lo + 1)) + lo
+
+
+def unique_inverse(a: np.ndarray) -> tuple[I64, I64]:
+    """``np.unique(a, return_inverse=True)`` of an integer column: (sorted distinct values as
+    int64, index of each entry's value among them)."""
+    if len(a) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    span = _span(a)
+    if span is None:
+        u, inv = np.unique(a, return_inverse=True)
+        return u.astype(np.int64), inv.astype(np.int64).reshape(-1)
+    lo, hi = span
+    if lo == hi:
+        return np.array([lo], np.int64), np.zeros(len(a), np.int64)
+    rel = a.astype(np.intp, copy=False) - lo
+    present = np.bincount(rel, minlength=hi - lo + 1) > 0
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, rank[rel].astype(np.int64, copy=False)
+
+
+def count_le_sorted(sorted_a: np.ndarray, t_sorted: np.ndarray) -> I64:
+    """``np.searchsorted(sorted_a, t_sorted, side="right")`` for sorted ``t_sorted``: each
+    of the (few) values of ``a`` is placed among the (many) ``t`` and the placements are
+    counted, instead of one binary search per ``t``."""
+    at = np.searchsorted(t_sorted, sorted_a, side="left")
+    return np.cumsum(np.bincount(at, minlength=len(t_sorted) + 1))[:len(t_sorted)]
