@@ -12,8 +12,10 @@ concurrent items.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from attribution.model import F64, I32, I64, MemKind, Trace
 
@@ -79,7 +81,7 @@ def items_for_device(trace: Trace, device: int) -> Items:
 
     # kernels: one class per name id
     kid = k.name_id[k_rows]
-    uk, kinv = np.unique(kid, return_inverse=True)
+    uk, kinv = unique_ids(kid)
     kmap = np.array([add(f"kernel:{_name(trace, int(u))}", KERNEL, (_name(trace, int(u)), ""))
                      for u in uk], dtype=np.int32)
     # copies: one class per (kind, memory label)
@@ -140,7 +142,7 @@ class BusyFunction:
         self.n_groups = n_groups
         s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
         e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
-        order = np.argsort(group, kind="stable")
+        order = _stable_order(group, n_groups)
         bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
         self._parts: list[tuple[F64, F64]] = []
         for g in range(n_groups):
@@ -162,6 +164,29 @@ class BusyFunction:
                 else:
                     out[order, g] = v
         return out
+
+
+def _stable_order(group: I32, n_groups: int) -> npt.NDArray[np.intp]:
+    """``np.argsort(group, kind="stable")``; small group ids are sorted as 8- or 16-bit
+    integers, for which numpy's stable sort is a radix sort (same permutation, 4-8x faster
+    than the comparison sort it uses for 32-bit ids)."""
+    for dtype in (np.uint8, np.uint16):
+        if n_groups <= np.iinfo(dtype).max + 1 and (not len(group) or int(group.min()) >= 0):
+            return np.argsort(group.astype(dtype), kind="stable")
+    return np.argsort(group, kind="stable")
+
+
+def unique_ids(ids: npt.NDArray[np.integer[Any]]) -> tuple[npt.NDArray[np.integer[Any]],
+                                                           npt.NDArray[np.intp]]:
+    """``np.unique(ids, return_inverse=True)`` for small non-negative ids (string-table
+    indices) by a count instead of a sort; any other input goes to ``np.unique``."""
+    if not len(ids) or int(ids.min()) < 0 or int(ids.max()) > max(1 << 16, 4 * len(ids)):
+        return np.unique(ids, return_inverse=True)
+    seen = np.bincount(ids)
+    uniq = np.flatnonzero(seen)
+    lut = np.zeros(len(seen), np.intp)
+    lut[uniq] = np.arange(len(uniq))
+    return uniq.astype(ids.dtype), lut[ids]
 
 
 def _knots(s: F64, e: F64) -> tuple[F64, F64]:

@@ -61,6 +61,25 @@ def _split_at(tr: Trace, cut_ns: int) -> tuple[Trace, Trace]:
             Trace(strings=tr.strings, devices=tr.devices, **rest))
 
 
+def _split_pieces(pieces: list[tuple[int, Trace]], cut_ns: int
+                  ) -> tuple[list[Trace], list[tuple[int, Trace]]]:
+    """:func:`_split_at` of the concatenation of ``(end_ns, piece)``, as pieces: a piece
+    wholly on one side of the cut is passed on as it is (no copy); only the pieces straddling
+    it are split."""
+    ready: list[Trace] = []
+    rest: list[tuple[int, Trace]] = []
+    for end, q in pieces:
+        if end <= cut_ns:
+            ready.append(q)
+        elif _piece_first_end_ns(q) > cut_ns:
+            rest.append((end, q))
+        else:
+            r, q2 = _split_at(q, cut_ns)
+            ready.append(r)
+            rest.append((_piece_end_ns(q2), q2))
+    return ready, rest
+
+
 def _piece_first_end_ns(tr: Trace) -> int:
     firsts = [int(getattr(tr, k).end_ns.min()) for k in _ITEMS if len(getattr(tr, k))]
     firsts += [int(getattr(tr, k).t_ns.min()) for k in _SAMPLES if len(getattr(tr, k))]
@@ -205,23 +224,23 @@ class LiveFeed:
         with self._lock:
             cut = self._latest_ns - SETTLE_NS
             if cut <= self._fed_ns:
-                pending: list[Trace] = []
+                pending: list[tuple[int, Trace]] = []
             else:
                 if self._fed_ns and cut - self._fed_ns > MAX_BACKLOG_NS:
                     self._fall_behind(cut)
-                pending, self._pending = [q for _, q in self._pending], []
+                pending, self._pending = self._pending, []
         if self._engine is None:
             from attribution.engine.live import LiveEngine
 
             self._engine = LiveEngine(gpu=self.gpu, devices=list(self.devices),
                                       horizon_s=self.horizon_ns / 1e9, n_boot=self.n_boot)
         if pending:
-            delta = _concat(pending, self.strings, self.devices)
-            ready, rest = _split_at(delta, cut)
+            ready_parts, rest_parts = _split_pieces(pending, cut)
+            ready = _concat(ready_parts, self.strings, self.devices)
             self.late_records += sum(int(np.count_nonzero(getattr(ready, k).end_ns
                                                           <= self._fed_ns)) for k in _ITEMS)
             with self._lock:
-                self._pending.insert(0, (_piece_end_ns(rest), rest))
+                self._pending[:0] = rest_parts
             self._engine.update(ready, cut)
             self._fed_ns = cut
 
