@@ -364,7 +364,7 @@ class LiveEngine:
             it = items_for_device(sub, st.device)
             gl = st.classes.lut(it.labels, it.class_source, it.class_key)
             cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
-        busy = busy_from(it, cls, n_cls, need_from, origin_ns=first)
+        busy = busy_from(it, cls, n_cls, need_from)
         if steps is not None:
             s0, e0, items = steps
             bb = busy(np.concatenate([s0, e0]))

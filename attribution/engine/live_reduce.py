@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from attribution.engine.activity import COPY, MEMSET, BusyFunction, Items, idle_share_s
+from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, window_fractions
@@ -142,17 +142,60 @@ def row_reach_ns(lag_ms: float, window_ms: float) -> int:
                        * 1e6))
 
 
-def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int, *, origin_ns: int
-              ) -> BusyFunction:
-    """``B_c(t)`` over the items that end after ``need_from_ns``: the differences
-    ``B(hi) − B(lo)`` with ``lo ≥ need_from_ns`` are those of all the items (an item that
-    ended before ``lo`` adds the same to both ends), at a fraction of the sorting."""
-    m = it.end_ns > need_from_ns
-    return BusyFunction(it.start_ns[m], it.end_ns[m], cls[m].astype(np.int32), n_cls,
-                        origin_ns=origin_ns)
+class QueryBusy:
+    """``B_c(t)`` up to a constant per class, evaluated only at the times asked, without
+    sorting the items: the same differences ``B(hi) − B(lo)`` as
+    :class:`~attribution.engine.activity.BusyFunction` for ``lo`` at or after
+    ``need_from_ns`` (an item that ended before it adds the same to both ends), in integer
+    nanoseconds, so exact.
+
+    For sorted distinct query times ``q_k``, an item ``[s, e)`` adds its whole duration to
+    every ``q_k ≥ e`` and ``q_k − s`` to every ``s < q_k < e``: two ``searchsorted`` of the
+    items into the queries and three ``bincount`` + ``cumsum`` over (class, query) cells.
+    A reduction asks a few dozen times (its readings' window edges at three lags, its steps'
+    edges) of tens of thousands of items, where building ``BusyFunction`` sorts them all.
+    """
+
+    def __init__(self, start_ns: I64, end_ns: I64, cls: I64, n_cls: int, *,
+                 need_from_ns: int) -> None:
+        m = end_ns > need_from_ns
+        self.start_ns = start_ns[m]
+        self.dur_ns = np.maximum(end_ns[m] - self.start_ns, 0)
+        self.cls = cls[m].astype(np.int64)
+        self.n_cls = n_cls
+
+    def __call__(self, t_ns: I64) -> F64:
+        q, inv = np.unique(t_ns, return_inverse=True)
+        k, n = len(q), self.n_cls
+        out = np.zeros((n, k + 1), np.float64)
+        if len(self.start_ns) and k:
+            base = int(q[0])
+            s = self.start_ns - base
+            e = s + self.dur_ns
+            qq = q - base
+            js = np.searchsorted(qq, s, side="right")  # first query after the start
+            je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
+            cell = self.cls * (k + 1)
+            size = n * (k + 1)
+            full = np.bincount(cell + je, weights=self.dur_ns.astype(np.float64),
+                               minlength=size)
+            open_n = (np.bincount(cell + js, minlength=size)
+                      - np.bincount(cell + je, minlength=size))
+            open_s = (np.bincount(cell + js, weights=s.astype(np.float64), minlength=size)
+                      - np.bincount(cell + je, weights=s.astype(np.float64), minlength=size))
+            busy = (np.cumsum(full.reshape(n, k + 1), axis=1)
+                    + np.cumsum(open_n.reshape(n, k + 1), axis=1) * np.r_[qq, 0]
+                    - np.cumsum(open_s.reshape(n, k + 1), axis=1))
+            out = busy * 1e-9
+        return np.ascontiguousarray(out[:, :k].T[inv.reshape(-1)])
 
 
-def reading_rows(busy: BusyFunction, t_ns: I64, window_ms: float, lag_ms: float,
+def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
+    """The busy-time function of a reduction (see :class:`QueryBusy`)."""
+    return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
+
+
+def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
                  tau_ms: float) -> tuple[F64, F64, F64]:
     """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
     ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``)."""

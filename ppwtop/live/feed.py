@@ -193,6 +193,11 @@ class LiveFeed:
 
     def window_between(self, start_ns: int, end_ns: int) -> Trace:
         """The kept records that completed, and readings taken, in ``[start_ns, end_ns]``."""
+        return _concat(self.window_pieces(start_ns, end_ns), self.strings, self.devices)
+
+    def window_pieces(self, start_ns: int, end_ns: int) -> list[Trace]:
+        """:meth:`window_between` as the received pieces (no concatenation: the panels read
+        a few columns of millions of records)."""
         with self._lock:
             pieces = [p for e, p in self._pieces if e >= start_ns]
         inside: list[Trace] = []
@@ -201,7 +206,7 @@ class LiveFeed:
             if _piece_first_end_ns(q) < start_ns:
                 q = _split_at(q, start_ns - 1)[1]
             inside.append(q)
-        return _concat(inside, self.strings, self.devices)
+        return inside
 
     def energy_so_far_j(self) -> float | None:
         with self._lock:
