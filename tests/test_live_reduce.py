@@ -97,3 +97,21 @@ def test_counted_unique_and_radix_order_are_numpys() -> None:
     neg = np.array([3, -1, 3, 0], np.int32)
     assert np.array_equal(unique_ids(neg)[0], np.unique(neg))
     assert np.array_equal(_stable_order(neg, 4), np.argsort(neg, kind="stable"))
+
+
+@pytest.mark.parametrize("tau_ms", [0.0, 1.2])
+def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float) -> None:
+    from attribution.engine.build import LAG_SLACK_MS
+    from attribution.engine.live_reduce import reading_rows
+    from attribution.engine.timebase import window_fractions
+
+    rng = np.random.default_rng(2)
+    s, e, g = _items(rng, 3000, 4)
+    t = np.sort(rng.integers(3 * 10**8, 9 * 10**8, 40))
+    ref_busy = BusyFunction(s, e, g.astype(np.int32), 4, origin_ns=0)
+    got = reading_rows(QueryBusy(s, e, g, 4, need_from_ns=2 * 10**8), t, 25.0, 3.5, tau_ms)
+    for x, d in zip(got, (0.0, -LAG_SLACK_MS, LAG_SLACK_MS), strict=True):
+        want = window_fractions(ref_busy, t, 25.0, 3.5 + d, tau_ms)
+        assert x.shape == want.shape == (40, 4)
+        assert np.allclose(x, want, rtol=0, atol=1e-9)
+        assert np.all(x.sum(axis=1) > 0)

@@ -33,9 +33,9 @@ import numpy.typing as npt
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
-from attribution.engine.timebase import TAU_GRID_MS, window_fractions
+from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
 from attribution.idle import idle_intervals
-from attribution.model import F64, I64, Trace
+from attribution.model import F64, I64, MarkerBatch, Trace
 
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
@@ -54,6 +54,9 @@ class ChunkBuffer:
 
     def __init__(self) -> None:
         self._chunks: deque[tuple[int, int, Trace]] = deque()
+        self._marks = MarkerBatch.empty()  # every chunk's markers, in chunk order
+        self._mark_end = np.empty(0, np.int64)  # the end_ns of the chunk each came with
+        self._strings = Trace().strings
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -63,21 +66,27 @@ class ChunkBuffer:
 
     def append(self, end_ns: int, items: Trace) -> None:
         self._chunks.append((end_ns, _first_start_ns(items), items))
+        self._strings = items.strings
+        if len(items.markers):  # few: kept concatenated so a reduction does not re-gather them
+            self._marks = MarkerBatch.concat([self._marks, items.markers])
+            self._mark_end = np.concatenate(
+                [self._mark_end, np.full(len(items.markers), end_ns, np.int64)])
 
     def clear(self) -> None:
         self._chunks.clear()
+        self._marks, self._mark_end = MarkerBatch.empty(), np.empty(0, np.int64)
 
     def prune(self, keep_from_ns: int) -> None:
         """Drop the chunks handed over before ``keep_from_ns``."""
         while self._chunks and self._chunks[0][0] < keep_from_ns:
             self._chunks.popleft()
+        cut = int(np.searchsorted(self._mark_end, keep_from_ns))
+        if cut:
+            self._marks, self._mark_end = self._marks.take(slice(cut, None)), self._mark_end[cut:]
 
     def markers(self) -> Trace:
         """Every marker the buffer holds (steps may be longer than a reduction's context)."""
-        parts = [tr for _, _, tr in self._chunks]
-        out = Trace(strings=parts[-1].strings) if parts else Trace()
-        out.markers = type(out.markers).concat([p.markers for p in parts])
-        return out
+        return Trace(strings=self._strings, markers=self._marks)
 
     def recent(self, since_ns: int, start_before_ns: int | None = None) -> Trace:
         """The chunks whose records may end at or after ``since_ns``, as one trace; with
@@ -198,7 +207,21 @@ def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
 def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
                  tau_ms: float) -> tuple[F64, F64, F64]:
     """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
-    ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``)."""
-    x, xl, xh = (window_fractions(busy, t_ns, window_ms, lag_ms + d, tau_ms)
-                 for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS))
+    ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):
+    :func:`~attribution.engine.timebase.window_fractions` at the three lags, with one
+    busy-time query for all of them."""
+    n = len(t_ns)
+    q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
+    u = tau_ms * q if tau_ms > 0 else np.zeros(1)
+    wt = np.full(len(u), 1.0 / len(u))
+    his = [(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6).astype(np.int64)
+            ).reshape(-1) for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
+    hi = np.concatenate(his)
+    lo = hi - np.int64(round(window_ms * 1e6))
+    both = busy(np.concatenate([lo, hi]))
+    m = len(hi)
+    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+    per_lag = frac.reshape(3, len(u), n, -1)
+    x, xl, xh = (np.asarray(np.tensordot(wt, per_lag[i], axes=1), np.float64)
+                 for i in range(3))
     return x, xl, xh
