@@ -76,7 +76,6 @@ from attribution.engine.timebase import (
     TAU_GRID_MS,
     sensor_model,
     usable,
-    window_fractions,
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.model import F64, I32, I64, DeviceInfo, PowerField, Trace
@@ -319,8 +318,7 @@ class LiveEngine:
         it = items_for_device(sub, st.device)
         gl = st.classes.lut(it.labels, it.class_source, it.class_key)
         n_cls = len(st.classes)
-        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32), n_cls,
-                            origin_ns=lo)
+        busy = busy_from(it, gl[it.cls], n_cls, lo)  # the rows' windows start after lo
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
                                    + 3.0 * TAU_GRID_MS[-1]) * 1e6))
         if st.rows.n_cls < n_cls:  # grow the ring's class columns first
@@ -329,8 +327,9 @@ class LiveEngine:
         t, _, *xs = st.rows.view()
         ok = t - reach_ns >= lo
         if bool(ok.any()):
-            for d, x in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), xs, strict=True):
-                x[ok] = window_fractions(busy, t[ok], st.window_ms, st.lag_ms + d, st.tau_ms)
+            new = reading_rows(busy, t[ok], st.window_ms, st.lag_ms, st.tau_ms)
+            for x, v in zip(xs, new, strict=True):
+                x[ok] = v
 
     # ------------------------------------------------------------------ reduction
 
@@ -407,8 +406,10 @@ class LiveEngine:
             n = len(st.classes)
             t, y, *xv = st.rows.view()
             reach_ms = LAG_GRID_MS[1] + (0.0 if np.isnan(st.window_ms) else st.window_ms)
-            keep = ((t - np.int64(round(reach_ms * 1e6)) >= win[0])
-                    & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
+            # rows are in time order: the rows whose windows fit the horizon are one slice
+            keep = slice(int(np.searchsorted(t, win[0] + np.int64(round(reach_ms * 1e6)))),
+                         int(np.searchsorted(t, win[1] + np.int64(round(LAG_GRID_MS[0] * 1e6)),
+                                             side="right")))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
             sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)
