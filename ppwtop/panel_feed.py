@@ -5,10 +5,10 @@ Wraps a :class:`~ppwtop.demo_feed.TraceFeed` (demo, replay) or a
 ``extra["panels"]`` (:mod:`attribution.panels`: GPU-busy band, clocks/temperature/clamp strip,
 per-class duration histograms and launches over time) to each snapshot it hands out, from
 the same records the snapshot was attributed from (over a live feed's window pieces through
-:class:`~attribution.panel_cache.PanelCache`, which summarises each piece once).  With ``sla_ms`` it also fills the steps'
-SLA fields (``sla_ms``, ``sla_compliance``: the share of steps within it) from the per-step
-latencies when the engine left them empty.  Everything else is delegated, so the wrapped
-feed's engine path is untouched.
+:class:`~attribution.panel_cache.PanelCache`, which summarises each piece once).  With
+``sla_ms`` it also fills the steps' SLA fields (``sla_ms``, ``sla_compliance``: the share of
+steps within it) from the per-step latencies when the engine left them empty.  Everything
+else is delegated, so the wrapped feed's engine path is untouched.
 """
 
 from __future__ import annotations
