@@ -181,3 +181,25 @@ def test_piecewise_split_at_the_settle_cut_is_the_split_of_the_whole() -> None:
         assert all(end == _piece_end_ns(q) for end, q in rest)
         untouched = [p for p in pieces if _piece_end_ns(p) <= cut]
         assert all(any(r is p for r in ready) for p in untouched)  # passed on, not copied
+
+
+def test_window_pieces_hold_exactly_the_records_that_ended_inside() -> None:
+    tr = simulate("two_streams", "a100", seconds=6.0, seed=4).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20)
+    pieces = _slices(tr, 9)
+    for piece in pieces:
+        feed.add(piece)
+    k = tr.kernels
+    span = tr.gpu_span_ns()
+    assert span is not None
+    for lo, hi in ((span[0] + 1_234_567, span[0] + 3_210_000_000), (span[0], span[1]),
+                   (span[0] + 2_000_000_000, span[0] + 2_000_000_001)):
+        inside = feed.window_pieces(lo, hi)
+        got = np.sort(np.concatenate([p.kernels.end_ns for p in inside]))
+        want = np.sort(k.end_ns[(k.end_ns >= lo) & (k.end_ns <= hi)])
+        assert np.array_equal(got, want)
+        from ppwtop.live.feed import _piece_end_ns, _piece_first_end_ns
+
+        whole = [p for p in pieces if _piece_first_end_ns(p) >= lo and _piece_end_ns(p) <= hi]
+        assert all(any(p is q for q in inside) for p in whole)  # handed out as is, no copy
+        assert len(feed.window_between(lo, hi).kernels) == len(want)

@@ -105,7 +105,8 @@ class LiveFeed:
         self.n_boot = n_boot
         self._label = label
         self._lock = threading.Lock()
-        self._pieces: collections.deque[tuple[int, Trace]] = collections.deque()
+        # (end, first end, piece): the newest and oldest record end or reading of each piece
+        self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
         self._first_ns: int | None = None
         self._energy0: dict[int, tuple[int, int]] = {}  # device -> first (t_ns, mJ)
@@ -136,7 +137,7 @@ class LiveFeed:
         if end == 0:
             return
         with self._lock:
-            self._pieces.append((end, piece))
+            self._pieces.append((end, _piece_first_end_ns(piece), piece))
             self._pending.append((end, piece))
             self._latest_ns = max(self._latest_ns, end)
             if self._first_ns is None:
@@ -183,7 +184,7 @@ class LiveFeed:
     def window(self, horizon_ns: int | None = None) -> tuple[Trace, int]:
         """The records of the last horizon (all kept records when ``horizon_ns`` is huge)."""
         with self._lock:
-            pieces = [p for _, p in self._pieces]
+            pieces = [p for _, _, p in self._pieces]
             end = self._latest_ns
         cols = {k: type(getattr(Trace(), k)).concat(getattr(p, k) for p in pieces)
                 for k in Trace.BATCH_FIELDS}
@@ -199,11 +200,14 @@ class LiveFeed:
         """:meth:`window_between` as the received pieces (no concatenation: the panels read
         a few columns of millions of records)."""
         with self._lock:
-            pieces = [p for e, p in self._pieces if e >= start_ns]
+            pieces = [(e, f, p) for e, f, p in self._pieces if e >= start_ns]
         inside: list[Trace] = []
-        for piece in pieces:  # filter only the pieces that straddle an edge (usually 2-3)
-            q = _split_at(piece, end_ns)[0] if _piece_end_ns(piece) > end_ns else piece
-            if _piece_first_end_ns(q) < start_ns:
+        for end, first_end, piece in pieces:  # filter only the pieces straddling an edge
+            q, first = piece, first_end
+            if end > end_ns:
+                q = _split_at(q, end_ns)[0]
+                first = _piece_first_end_ns(q)
+            if first < start_ns:
                 q = _split_at(q, start_ns - 1)[1]
             inside.append(q)
         return inside
