@@ -32,6 +32,13 @@ from ppwtop.panel_feed import PanelFeed
 PIECE_NS = 50_000_000
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
 class _Clock:
     t = 0.0
 
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = feed = snap = 0.0
     snaps: list[float] = []
     engines: set[str] = set()
+    rss: list[int] = []  # every 10 s of data
     n = int(args.seconds * 1e9 / PIECE_NS)
     warm = int(args.warmup * 1e9 / PIECE_NS)
     for i in range(n):
@@ -66,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         live.add(Trace(strings=src.strings, **src.chunk(a, a + PIECE_NS)))  # type: ignore[arg-type]
         c1 = time.thread_time()
         gen += (c1 - c0) if on else 0.0
+        if i % 200 == 199:
+            rss.append(round(_rss_mb()))
         if i % 2 == 0:
             continue
         clock.t = (i + 1) * PIECE_NS / 1e9
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
           f"engines {sorted(engines)})")
     print(f"  engine path in all: {(feed + snap) / span:.3f} cores "
           f"(record generation, the collector's stand-in: {gen / span:.3f})")
-    print(f"  live engine restarts: {live.engine_restarts}")
+    print(f"  live engine restarts: {live.engine_restarts}; RSS every 10 s of data (MB): {rss}")
     return 0
 
 
