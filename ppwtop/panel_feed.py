@@ -4,10 +4,11 @@ Wraps a :class:`~ppwtop.demo_feed.TraceFeed` (demo, replay) or a
 :class:`~ppwtop.live.feed.LiveFeed` (run, attach) and adds
 ``extra["panels"]`` (:mod:`attribution.panels`: GPU-busy band, clocks/temperature/clamp strip,
 per-class duration histograms and launches over time) to each snapshot it hands out, from
-the same records the snapshot was attributed from.  With ``sla_ms`` it also fills the steps'
-SLA fields (``sla_ms``, ``sla_compliance``: the share of steps within it) from the per-step
-latencies when the engine left them empty.  Everything else is delegated, so the wrapped
-feed's engine path is untouched.
+the same records the snapshot was attributed from (over a live feed's window pieces through
+:class:`~attribution.panel_cache.PanelCache`, which summarises each piece once).  With
+``sla_ms`` it also fills the steps' SLA fields (``sla_ms``, ``sla_compliance``: the share of
+steps within it) from the per-step latencies when the engine left them empty.  Everything
+else is delegated, so the wrapped feed's engine path is untouched.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from attribution.model import Trace
+from attribution.panel_cache import PanelCache
 from attribution.panels import with_panels
 from attribution.snapshot import Snapshot
 from ppwtop.demo_feed import TraceFeed
@@ -52,6 +54,7 @@ class PanelFeed:
         self._clock = clock
         self._panels: object = None
         self._panels_at = -math.inf
+        self._cache = PanelCache()
 
     def next_snapshot(self) -> Snapshot | None:
         snap = self.inner.next_snapshot()
@@ -60,7 +63,13 @@ class PanelFeed:
         now = self._clock()
         if self._panels is None or now - self._panels_at >= self.every_s:
             w = snap.window
-            snap = with_panels(snap, self.inner.window_between(w.start_ns, w.end_ns))
+            pieces = getattr(self.inner, "window_pieces", None)
+            if pieces is not None:  # a live window: each received piece summarised once
+                panels = self._cache.panel_data(pieces(w.start_ns, w.end_ns), w.start_ns,
+                                                w.end_ns)
+                snap = dataclasses.replace(snap, extra={**snap.extra, "panels": panels})
+            else:
+                snap = with_panels(snap, self.inner.window_between(w.start_ns, w.end_ns))
             self._panels, self._panels_at = snap.extra.get("panels"), now
         else:  # plot-heavy series refresh at most every ``every_s`` (a full pass each)
             snap = dataclasses.replace(snap, extra={**snap.extra, "panels": self._panels})

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 
+from attribution.engine.deltas import Deltas
 from attribution.model import Trace
 from attribution.sim import simulate
 from ppwtop.demo_feed import TraceFeed
@@ -156,3 +157,49 @@ def test_an_engine_that_falls_behind_restarts_with_bounded_backlog() -> None:
     snap = feed.snapshot()
     assert snap is not None and snap.meta.get("engine", "").endswith("+live")
     assert snap.window.start_ns >= int(pieces[13].kernels.end_ns.min())
+
+
+def test_piecewise_split_at_the_settle_cut_is_the_split_of_the_whole() -> None:
+    from ppwtop.live.feed import _concat, _piece_end_ns, _split_at, _split_pieces
+
+    tr = simulate(scenario="two_streams", gpu="a100", seconds=3.0, seed=2).trace
+    deltas = Deltas(tr)
+    span = tr.gpu_span_ns()
+    assert span is not None
+    edges = np.linspace(span[0] - 1, span[1], 13).astype(np.int64)
+    pieces = [deltas.between(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+    pending = [(_piece_end_ns(p), p) for p in pieces]
+    for cut in (int(edges[5]), int(edges[5]) + 12_345, int(span[1]) + 1, int(span[0]) - 5):
+        ready, rest = _split_pieces(pending, cut)
+        whole_ready, whole_rest = _split_at(_concat(pieces, tr.strings, []), cut)
+        got = _concat(ready, tr.strings, [])
+        for k in ("kernels", "copies", "apis", "power"):
+            want = getattr(whole_ready, k).columns()
+            for col, v in getattr(got, k).columns().items():
+                assert np.array_equal(v, want[col]), (k, col)
+        assert sum(len(q.kernels) for _, q in rest) == len(whole_rest.kernels)
+        assert all(end == _piece_end_ns(q) for end, q in rest)
+        untouched = [p for p in pieces if _piece_end_ns(p) <= cut]
+        assert all(any(r is p for r in ready) for p in untouched)  # passed on, not copied
+
+
+def test_window_pieces_hold_exactly_the_records_that_ended_inside() -> None:
+    tr = simulate("two_streams", "a100", seconds=6.0, seed=4).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20)
+    pieces = _slices(tr, 9)
+    for piece in pieces:
+        feed.add(piece)
+    k = tr.kernels
+    span = tr.gpu_span_ns()
+    assert span is not None
+    for lo, hi in ((span[0] + 1_234_567, span[0] + 3_210_000_000), (span[0], span[1]),
+                   (span[0] + 2_000_000_000, span[0] + 2_000_000_001)):
+        inside = feed.window_pieces(lo, hi)
+        got = np.sort(np.concatenate([p.kernels.end_ns for p in inside]))
+        want = np.sort(k.end_ns[(k.end_ns >= lo) & (k.end_ns <= hi)])
+        assert np.array_equal(got, want)
+        from ppwtop.live.feed import _piece_end_ns, _piece_first_end_ns
+
+        whole = [p for p in pieces if _piece_first_end_ns(p) >= lo and _piece_end_ns(p) <= hi]
+        assert all(any(p is q for q in inside) for p in whole)  # handed out as is, no copy
+        assert len(feed.window_between(lo, hi).kernels) == len(want)

@@ -236,3 +236,44 @@ def test_with_sla_judges_steps_and_demo_headless_exports_it(tmp_path: Path) -> N
     lat = np.asarray(steps["step_latency_ms"])
     assert steps["sla_ms"] == 40.0
     assert steps["sla_compliance"] == pytest.approx(float(np.mean(lat <= 40.0)))
+
+
+def _random_pieces(rng: np.random.Generator, n_pieces: int) -> list[Trace]:
+    """Pieces as a live session receives them: per stream and flush, so pieces of two
+    streams overlap in time; two GPUs, several names, copies too, some long kernels."""
+    from attribution.model import CopyBatch
+
+    st = StringTable([f"k{i}" for i in range(7)])
+    out = []
+    for p in range(n_pieces):
+        n = int(rng.integers(0, 60))
+        base = T0 + (p // 2) * 40_000_000 + int(rng.integers(0, 30_000_000))
+        start = base + np.sort(rng.integers(0, 40_000_000, n))
+        dur = rng.integers(500, 2_000_000, n) * np.where(rng.random(n) < 0.05, 50, 1)
+        k = KernelBatch.from_columns({"start_ns": start, "end_ns": start + dur,
+                                      "device": rng.integers(0, 2, n),
+                                      "name_id": rng.integers(0, 7, n)}, n)
+        nc = int(rng.integers(0, 3))
+        cs = base + rng.integers(0, 40_000_000, nc)
+        c = CopyBatch.from_columns({"start_ns": cs, "end_ns": cs + 100_000,
+                                    "device": np.zeros(nc)}, nc)
+        ck = ClockBatch.from_columns({"t_ns": [base], "device": [0], "sm_mhz": [1980],
+                                      "mem_mhz": [2619], "temp_c": [60.0],
+                                      "clock_reasons": np.zeros(1, np.uint64)}, 1)
+        out.append(Trace(strings=st, kernels=k, copies=c, clocks=ck))
+    return out
+
+
+def test_panel_cache_equals_panel_data_over_sliding_windows() -> None:
+    from attribution.panel_cache import PanelCache
+
+    rng = np.random.default_rng(9)
+    pieces = _random_pieces(rng, 120)
+    cache = PanelCache()
+    for first, start, span in ((0, T0, 2_400_000_000), (10, T0 + 123_456_789, 2_000_000_000),
+                               (11, T0 + 200_000_000, 2_000_000_007), (40, T0, 10)):
+        window = pieces[first:]
+        got = cache.panel_data(window, start, start + span)
+        assert got == panel_data(window, start, start + span)
+        assert got["busy"] and got["classes"]
+    assert cache.panel_data([], T0, T0 + 1) == panel_data([], T0, T0 + 1)

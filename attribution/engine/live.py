@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from attribution.engine import regress
-from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
+from attribution.engine.activity import BusyFunction, items_for_device
 from attribution.engine.build import (
     BLOCK_S,
     HELD_IDLE_READINGS,
@@ -54,12 +53,19 @@ from attribution.engine.live_fit import (
     to_groups,
 )
 from attribution.engine.live_lag import LagSearch
+from attribution.engine.live_reduce import (
+    LOOKBACK_NS,
+    ChunkBuffer,
+    busy_from,
+    reading_rows,
+    reduce_slab,
+    row_reach_ns,
+)
 from attribution.engine.live_ring import (
     N_CAUSES,
     SUMS,
     Classes,
     RowRing,
-    Slab,
     SlabRing,
     StepRing,
 )
@@ -70,19 +76,15 @@ from attribution.engine.timebase import (
     TAU_GRID_MS,
     sensor_model,
     usable,
-    window_fractions,
 )
 from attribution.engine.timebase import Readings as _Readings
-from attribution.idle import idle_intervals
-from attribution.model import F64, I32, DeviceInfo, PowerField, Trace
+from attribution.model import F64, I32, I64, DeviceInfo, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 from attribution.steps import step_spans
 
 SETTLE_S = 0.5
 """Time behind ``now`` that is reduced: records longer than this that straddle it are late."""
-LOOKBACK_NS = 100_000_000
-"""Idle gaps are classified with this much context before the slab (gap length rules)."""
 SLAB_MAX_NS = 1_000_000_000
 """Longest slab: the horizon's start moves in steps of at most this."""
 MIN_FIT_S = 5.0
@@ -196,7 +198,7 @@ class LiveEngine:
         self._draws = 0
         self.n_boot = n_boot
         self.dev: dict[int, DeviceState] = {}
-        self.chunks: deque[tuple[int, Trace]] = deque()
+        self.chunks = ChunkBuffer()
         self.start_ns: int | None = None
         self.done_ns: int | None = None
         self.now_ns = 0
@@ -223,7 +225,7 @@ class LiveEngine:
             st.add_readings(delta)
         items = Trace(strings=delta.strings, kernels=delta.kernels, copies=delta.copies,
                       memsets=delta.memsets, apis=delta.apis, markers=delta.markers)
-        self.chunks.append((now_ns, items))
+        self.chunks.append(now_ns, items)
         if self.start_ns is None:
             starts = [int(b.start_ns.min()) for b in (delta.kernels, delta.copies,
                                                       delta.memsets, delta.apis) if len(b)]
@@ -256,14 +258,6 @@ class LiveEngine:
                 default=0.0)
         return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + 5.0) * 1e6) + LOOKBACK_NS
 
-    def _recent(self, since_ns: int) -> Trace:
-        """The chunks whose records may end at or after ``since_ns``, as one trace."""
-        parts = [tr for end, tr in self.chunks if end >= since_ns]
-        out = Trace(strings=parts[-1].strings) if parts else Trace()
-        for f in ("kernels", "copies", "memsets", "apis", "markers"):
-            setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
-        return out
-
     def _prune(self) -> None:
         if self.done_ns is None:
             return
@@ -272,8 +266,7 @@ class LiveEngine:
             keep_from = self.start_ns or keep_from
         else:
             keep_from = min(keep_from, self.now_ns - self.fit_span_ns - self.settle_ns)
-        while self.chunks and self.chunks[0][0] < keep_from:
-            self.chunks.popleft()
+        self.chunks.prune(keep_from)
 
     # ------------------------------------------------------------------ lag
 
@@ -281,7 +274,7 @@ class LiveEngine:
         """Start a lag/response search on the last ``fit_span`` (the first one runs to the end
         at once: nothing is reduced before it; later ones a few grid points per tick)."""
         lo = max(self.start_ns or upto, upto - self.fit_span_ns)
-        sub = self._recent(lo)
+        sub = self.chunks.recent(lo)
         it = items_for_device(sub, st.device)
         if not len(it) or len(st.pend_t) + len(st.rows) < 8:
             return
@@ -314,35 +307,10 @@ class LiveEngine:
         st.lag_ms, st.tau_ms = res
         if st.fitted and res != old:
             lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
-            self._rereduce_rows(st, self._recent(lo), lo)
+            self._rereduce_rows(st, self.chunks.recent(lo), lo)
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
-
-    def _reduce_steps(self, st: DeviceState, sub: Trace, span: tuple[int, int], *,
-                      busy_all: Callable[[], BusyFunction], covered_from: int) -> None:
-        """Steps (``attribution.steps.step_spans``: mark_step ranges, else ProfilerStep#N)
-        that ended in [a, b): their per-class busy time and items (the step's energy is
-        ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine).
-        ``busy_all`` covers records ending after ``covered_from``; longer steps rebuild one."""
-        a, b = span
-        s_all, e_all, it_all, source = step_spans(sub, None, [])
-        m = ((e_all > s_all) & (e_all >= a) & (e_all < b)
-             & (s_all >= (self.start_ns or a)))
-        if not bool(m.any()):
-            return
-        s0, e0, items = s_all[m], e_all[m], it_all[m]
-        st.steps.source = source
-        if int(s0[0]) >= covered_from:
-            busy = busy_all()
-        else:
-            it = items_for_device(self._recent(int(s0[0])), st.device)
-            gl = st.classes.lut(it.labels, it.class_source, it.class_key)
-            busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
-                                len(st.classes), origin_ns=int(s0[0]))
-        bb = busy(np.concatenate([s0, e0]))
-        st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9, bb[len(s0):] - bb[:len(s0)],
-                        items)
 
     def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
@@ -350,8 +318,7 @@ class LiveEngine:
         it = items_for_device(sub, st.device)
         gl = st.classes.lut(it.labels, it.class_source, it.class_key)
         n_cls = len(st.classes)
-        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32), n_cls,
-                            origin_ns=lo)
+        busy = busy_from(it, gl[it.cls], n_cls, lo)  # the rows' windows start after lo
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
                                    + 3.0 * TAU_GRID_MS[-1]) * 1e6))
         if st.rows.n_cls < n_cls:  # grow the ring's class columns first
@@ -360,64 +327,63 @@ class LiveEngine:
         t, _, *xs = st.rows.view()
         ok = t - reach_ns >= lo
         if bool(ok.any()):
-            for d, x in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), xs, strict=True):
-                x[ok] = window_fractions(busy, t[ok], st.window_ms, st.lag_ms + d, st.tau_ms)
+            new = reading_rows(busy, t[ok], st.window_ms, st.lag_ms, st.tau_ms)
+            for x, v in zip(xs, new, strict=True):
+                x[ok] = v
 
     # ------------------------------------------------------------------ reduction
 
     def _reduce(self, st: DeviceState, a: int, b: int) -> None:
-        """Reduce settled time [a, b) to a slab, and settled readings to rows."""
-        sub = self._recent(a - self._margin_ns())
+        """Reduce settled time [a, b) to a slab, the steps that ended in it, and the settled
+        readings to rows (``live_reduce``)."""
+        slack_ns = int(np.ceil(LAG_SLACK_MS * 1e6)) + 1_000_000
+        sub = self.chunks.recent(a - LOOKBACK_NS, start_before_ns=b + slack_ns)
         it = items_for_device(sub, st.device)
         gl = st.classes.lut(it.labels, it.class_source, it.class_key)
         n_cls = len(st.classes)
         cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
-        s = np.clip(it.start_ns, a, b)
-        e = np.clip(it.end_ns, a, b)
-        inside = e > s
-        dur = (e - s).astype(np.float64) * 1e-9
-        share = np.zeros(len(it))
-        share[inside] = idle_share_s(s[inside], e[inside], a)
-        started = (it.start_ns >= a) & (it.start_ns < b)
-        nbytes = np.zeros(len(it))
-        for src, batch in ((COPY, sub.copies), (MEMSET, sub.memsets)):
-            m = it.source == src
-            nbytes[m] = batch.bytes[it.row[m]]
-        iv = idle_intervals(sub, a - LOOKBACK_NS, b, [st.device])
-        gs, ge = np.maximum(iv.start_ns, a), np.minimum(iv.end_ns, b)
-        gm = ge > gs
-        st.slabs.append(Slab(
-            a, b,
-            calls=np.bincount(cls[started], minlength=n_cls).astype(np.int64),
-            time_s=_fsum(cls, dur, n_cls),
-            share_s=_fsum(cls, share, n_cls),
-            bytes=np.bincount(cls[started], weights=nbytes[started],
-                              minlength=n_cls).astype(np.int64),
-            idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
-            idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
-                               minlength=N_CAUSES).astype(np.int64)))
-        shared: list[BusyFunction] = []
-
-        def busy_all() -> BusyFunction:  # the buffer's busy function, built once if needed
-            if not shared:
-                shared.append(BusyFunction(it.start_ns, it.end_ns, cls.astype(np.int32), n_cls,
-                                           origin_ns=self.start_ns or a))
-            return shared[0]
-
-        self._reduce_steps(st, sub, (a, b), busy_all=busy_all, covered_from=a - self._margin_ns())
-        if st.field is None or not len(st.pend_t):
-            return
-        done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
+        st.slabs.append(reduce_slab(sub, it, cls, n_cls, (a, b)))
         first = self.start_ns or a
-        ok = st.pend_t - np.int64(round((st.lag_ms + st.window_ms) * 1e6)) >= first
-        t, y = st.pend_t[done & ok], st.pend_w[done & ok]
-        st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
-        if not len(t):
+        # the steps that ended in [a, b) and the readings settled by b
+        steps = self._settled_steps(st, a, b)
+        t: I64 = np.empty(0, np.int64)
+        y: F64 = np.empty(0, np.float64)
+        if st.field is not None and len(st.pend_t):
+            done = st.pend_t - np.int64(round(st.lag_ms * 1e6)) <= b
+            ok = st.pend_t - np.int64(round((st.lag_ms + st.window_ms) * 1e6)) >= first
+            t, y = st.pend_t[done & ok], st.pend_w[done & ok]
+            st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
+        if steps is None and not len(t):
             return
-        busy = busy_all()
-        xs = [window_fractions(busy, t, st.window_ms, st.lag_ms + d, st.tau_ms)
-              for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
-        st.rows.append(t, y, (xs[0], xs[1], xs[2]))
+        need = [int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms)] if len(t) else []
+        need += [int(steps[0][0])] if steps is not None else []
+        need_from = min(need)
+        if need_from < a - LOOKBACK_NS:  # a step (or a window) reaching past the context read
+            sub = self.chunks.recent(need_from, start_before_ns=b + slack_ns)
+            it = items_for_device(sub, st.device)
+            gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+            cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
+        busy = busy_from(it, cls, n_cls, need_from)
+        if steps is not None:
+            s0, e0, items = steps
+            bb = busy(np.concatenate([s0, e0]))
+            st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
+                            bb[len(s0):] - bb[:len(s0)], items)
+        if len(t):
+            st.rows.append(t, y, reading_rows(busy, t, st.window_ms, st.lag_ms, st.tau_ms))
+
+    def _settled_steps(self, st: DeviceState, a: int, b: int) -> tuple[I64, I64, F64] | None:
+        """Steps (``attribution.steps.step_spans``: mark_step ranges, else ProfilerStep#N,
+        from every marker the record buffer holds) that ended in [a, b): (start, end,
+        items); their per-class busy time is read by the caller (the step's energy is
+        ``P_idle × duration + busy · ΔP`` at snapshot time, as in the batch engine)."""
+        s_all, e_all, it_all, source = step_spans(self.chunks.markers(), None, [])
+        m = ((e_all > s_all) & (e_all >= a) & (e_all < b)
+             & (s_all >= (self.start_ns or a)))
+        if not bool(m.any()):
+            return None
+        st.steps.source = source
+        return s_all[m], e_all[m], it_all[m]
 
     # ------------------------------------------------------------------ output
 
@@ -440,8 +406,10 @@ class LiveEngine:
             n = len(st.classes)
             t, y, *xv = st.rows.view()
             reach_ms = LAG_GRID_MS[1] + (0.0 if np.isnan(st.window_ms) else st.window_ms)
-            keep = ((t - np.int64(round(reach_ms * 1e6)) >= win[0])
-                    & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
+            # rows are in time order: the rows whose windows fit the horizon are one slice
+            keep = slice(int(np.searchsorted(t, win[0] + np.int64(round(reach_ms * 1e6)))),
+                         int(np.searchsorted(t, win[1] + np.int64(round(LAG_GRID_MS[0] * 1e6)),
+                                             side="right")))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
             sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)

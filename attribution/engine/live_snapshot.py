@@ -154,13 +154,15 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
     if not parts or not len(parts[0].step_start_ns):
         return None
-    keep = parts[0].step_start_ns >= win[0]
-    if not bool(keep.any()):
+    inside = parts[0].step_start_ns >= win[0]
+    if not bool(inside.any()):
         return None
+    # the usual case, every step inside: no copy of the (steps × classes) busy matrix
+    keep: npt.NDArray[np.bool_] | slice = slice(None) if bool(inside.all()) else inside
     dur_s = parts[0].step_dur_s[keep]
-    energy = np.zeros(int(keep.sum()))
+    energy = np.zeros(len(dur_s))
     for p in parts:
-        if len(p.step_start_ns) != len(keep):
+        if len(p.step_start_ns) != len(parts[0].step_start_ns):
             continue
         dp_c = p.dp_w[p.group] if len(p.labels) else np.zeros(0)
         energy += p.p_idle_w * dur_s + p.step_busy_s[keep] @ dp_c

@@ -61,6 +61,25 @@ def _split_at(tr: Trace, cut_ns: int) -> tuple[Trace, Trace]:
             Trace(strings=tr.strings, devices=tr.devices, **rest))
 
 
+def _split_pieces(pieces: list[tuple[int, Trace]], cut_ns: int
+                  ) -> tuple[list[Trace], list[tuple[int, Trace]]]:
+    """:func:`_split_at` of the concatenation of ``(end_ns, piece)``, as pieces: a piece
+    wholly on one side of the cut is passed on as it is (no copy); only the pieces straddling
+    it are split."""
+    ready: list[Trace] = []
+    rest: list[tuple[int, Trace]] = []
+    for end, q in pieces:
+        if end <= cut_ns:
+            ready.append(q)
+        elif _piece_first_end_ns(q) > cut_ns:
+            rest.append((end, q))
+        else:
+            r, q2 = _split_at(q, cut_ns)
+            ready.append(r)
+            rest.append((_piece_end_ns(q2), q2))
+    return ready, rest
+
+
 def _piece_first_end_ns(tr: Trace) -> int:
     firsts = [int(getattr(tr, k).end_ns.min()) for k in _ITEMS if len(getattr(tr, k))]
     firsts += [int(getattr(tr, k).t_ns.min()) for k in _SAMPLES if len(getattr(tr, k))]
@@ -86,7 +105,8 @@ class LiveFeed:
         self.n_boot = n_boot
         self._label = label
         self._lock = threading.Lock()
-        self._pieces: collections.deque[tuple[int, Trace]] = collections.deque()
+        # (end, first end, piece): the newest and oldest record end or reading of each piece
+        self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
         self._first_ns: int | None = None
         self._energy0: dict[int, tuple[int, int]] = {}  # device -> first (t_ns, mJ)
@@ -117,7 +137,7 @@ class LiveFeed:
         if end == 0:
             return
         with self._lock:
-            self._pieces.append((end, piece))
+            self._pieces.append((end, _piece_first_end_ns(piece), piece))
             self._pending.append((end, piece))
             self._latest_ns = max(self._latest_ns, end)
             if self._first_ns is None:
@@ -164,7 +184,7 @@ class LiveFeed:
     def window(self, horizon_ns: int | None = None) -> tuple[Trace, int]:
         """The records of the last horizon (all kept records when ``horizon_ns`` is huge)."""
         with self._lock:
-            pieces = [p for _, p in self._pieces]
+            pieces = [p for _, _, p in self._pieces]
             end = self._latest_ns
         cols = {k: type(getattr(Trace(), k)).concat(getattr(p, k) for p in pieces)
                 for k in Trace.BATCH_FIELDS}
@@ -174,15 +194,23 @@ class LiveFeed:
 
     def window_between(self, start_ns: int, end_ns: int) -> Trace:
         """The kept records that completed, and readings taken, in ``[start_ns, end_ns]``."""
+        return _concat(self.window_pieces(start_ns, end_ns), self.strings, self.devices)
+
+    def window_pieces(self, start_ns: int, end_ns: int) -> list[Trace]:
+        """:meth:`window_between` as the received pieces (no concatenation: the panels read
+        a few columns of millions of records)."""
         with self._lock:
-            pieces = [p for e, p in self._pieces if e >= start_ns]
+            pieces = [(e, f, p) for e, f, p in self._pieces if e >= start_ns]
         inside: list[Trace] = []
-        for piece in pieces:  # filter only the pieces that straddle an edge (usually 2-3)
-            q = _split_at(piece, end_ns)[0] if _piece_end_ns(piece) > end_ns else piece
-            if _piece_first_end_ns(q) < start_ns:
+        for end, first_end, piece in pieces:  # filter only the pieces straddling an edge
+            q, first = piece, first_end
+            if end > end_ns:
+                q = _split_at(q, end_ns)[0]
+                first = _piece_first_end_ns(q)
+            if first < start_ns:
                 q = _split_at(q, start_ns - 1)[1]
             inside.append(q)
-        return _concat(inside, self.strings, self.devices)
+        return inside
 
     def energy_so_far_j(self) -> float | None:
         with self._lock:
@@ -205,23 +233,23 @@ class LiveFeed:
         with self._lock:
             cut = self._latest_ns - SETTLE_NS
             if cut <= self._fed_ns:
-                pending: list[Trace] = []
+                pending: list[tuple[int, Trace]] = []
             else:
                 if self._fed_ns and cut - self._fed_ns > MAX_BACKLOG_NS:
                     self._fall_behind(cut)
-                pending, self._pending = [q for _, q in self._pending], []
+                pending, self._pending = self._pending, []
         if self._engine is None:
             from attribution.engine.live import LiveEngine
 
             self._engine = LiveEngine(gpu=self.gpu, devices=list(self.devices),
                                       horizon_s=self.horizon_ns / 1e9, n_boot=self.n_boot)
         if pending:
-            delta = _concat(pending, self.strings, self.devices)
-            ready, rest = _split_at(delta, cut)
+            ready_parts, rest_parts = _split_pieces(pending, cut)
+            ready = _concat(ready_parts, self.strings, self.devices)
             self.late_records += sum(int(np.count_nonzero(getattr(ready, k).end_ns
                                                           <= self._fed_ns)) for k in _ITEMS)
             with self._lock:
-                self._pending.insert(0, (_piece_end_ns(rest), rest))
+                self._pending[:0] = rest_parts
             self._engine.update(ready, cut)
             self._fed_ns = cut
 

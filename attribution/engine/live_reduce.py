@@ -1,0 +1,227 @@
+"""The live engine's reduction of settled time: which records a reduction reads, and what it
+makes of them.
+
+Owns
+
+* :class:`ChunkBuffer`: the records the live engine was handed, one chunk per update, each
+  with the earliest start among its records, so a reduction reads only the chunks that can
+  touch its span (``recent``: records ending after a bound, skipping the chunks of the settle
+  window that start after the span) instead of everything since the span's context;
+* :func:`reduce_slab`: settled time ``[a, b)`` → a :class:`~attribution.engine.live_ring.Slab`
+  (per-class calls, busy time, busy-time share and bytes; idle time and gaps per cause);
+* :func:`busy_from`: the busy-time function a reduction's reading rows and steps are read
+  from, built only from the records that can change a difference ``B(hi) − B(lo)`` over
+  the windows asked for (those ending after the earliest window start);
+* :func:`row_reach_ns` and :func:`reading_rows`: how far before a reading its windows reach,
+  and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``.
+
+The engine itself (:mod:`attribution.engine.live`) decides when to reduce and keeps the
+results in its rings (:mod:`attribution.engine.live_ring`).  A reduction reads each record a
+bounded number of times (its own span plus ``LOOKBACK_NS`` of context), whatever the settle
+delay and however often the engine is polled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
+from attribution.engine.build import LAG_SLACK_MS
+from attribution.engine.live_ring import N_CAUSES, Slab
+from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
+from attribution.idle import idle_intervals
+from attribution.model import F64, I64, MarkerBatch, Trace
+
+LOOKBACK_NS = 100_000_000
+"""Idle gaps are classified with this much context before the slab (gap length rules)."""
+ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
+_GPU = ("kernels", "copies", "memsets")
+
+
+def _first_start_ns(tr: Trace) -> int:
+    firsts = [int(getattr(tr, f).start_ns.min()) for f in _GPU if len(getattr(tr, f))]
+    return min(firsts) if firsts else np.iinfo(np.int64).max
+
+
+class ChunkBuffer:
+    """The update deltas the engine still needs, oldest first: ``(end_ns, trace)`` per update
+    (records that ended up to ``end_ns``), with the first GPU item start of each."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[int, int, Trace]] = deque()
+        self._marks = MarkerBatch.empty()  # every chunk's markers, in chunk order
+        self._mark_end = np.empty(0, np.int64)  # the end_ns of the chunk each came with
+        self._strings = Trace().strings
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __iter__(self) -> Iterator[tuple[int, Trace]]:
+        return ((end, tr) for end, _, tr in self._chunks)
+
+    def append(self, end_ns: int, items: Trace) -> None:
+        self._chunks.append((end_ns, _first_start_ns(items), items))
+        self._strings = items.strings
+        if len(items.markers):  # few: kept concatenated so a reduction does not re-gather them
+            self._marks = MarkerBatch.concat([self._marks, items.markers])
+            self._mark_end = np.concatenate(
+                [self._mark_end, np.full(len(items.markers), end_ns, np.int64)])
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._marks, self._mark_end = MarkerBatch.empty(), np.empty(0, np.int64)
+
+    def prune(self, keep_from_ns: int) -> None:
+        """Drop the chunks handed over before ``keep_from_ns``."""
+        while self._chunks and self._chunks[0][0] < keep_from_ns:
+            self._chunks.popleft()
+        cut = int(np.searchsorted(self._mark_end, keep_from_ns))
+        if cut:
+            self._marks, self._mark_end = self._marks.take(slice(cut, None)), self._mark_end[cut:]
+
+    def markers(self) -> Trace:
+        """Every marker the buffer holds (steps may be longer than a reduction's context)."""
+        return Trace(strings=self._strings, markers=self._marks)
+
+    def recent(self, since_ns: int, start_before_ns: int | None = None) -> Trace:
+        """The chunks whose records may end at or after ``since_ns``, as one trace; with
+        ``start_before_ns``, less the chunks whose GPU items all start at or after it and that
+        hold no API call or marker starting before it (they cannot touch time before it)."""
+        parts = []
+        for end, first, tr in self._chunks:
+            if end < since_ns:
+                continue
+            if start_before_ns is not None and first >= start_before_ns and not any(
+                    len(b) and int(b.start_ns.min()) < start_before_ns
+                    for b in (tr.apis, tr.markers)):
+                continue
+            parts.append(tr)
+        out = Trace(strings=parts[-1].strings) if parts else Trace()
+        for f in ITEMS:
+            setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
+        return out
+
+
+def _fsum(idx: npt.NDArray[np.integer[Any]], weights: F64, n: int) -> F64:
+    return np.asarray(np.bincount(idx, weights=weights, minlength=n), np.float64)
+
+
+def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, int]) -> Slab:
+    """Settled time ``span = [a, b)`` of ``it`` (one device's items of ``sub``, classes
+    ``cls`` in the engine's table of ``n_cls``) reduced to per-class and per-cause sums.
+    ``sub`` must hold every record ending at or after ``a − LOOKBACK_NS`` that starts
+    before ``b``."""
+    a, b = span
+    s = np.clip(it.start_ns, a, b)
+    e = np.clip(it.end_ns, a, b)
+    inside = e > s
+    dur = (e - s).astype(np.float64) * 1e-9
+    share = np.zeros(len(it))
+    share[inside] = idle_share_s(s[inside], e[inside], a)
+    started = (it.start_ns >= a) & (it.start_ns < b)
+    nbytes = np.zeros(len(it))
+    for src, batch in ((COPY, sub.copies), (MEMSET, sub.memsets)):
+        m = it.source == src
+        if bool(m.any()):
+            nbytes[m] = batch.bytes[it.row[m]]
+    iv = idle_intervals(sub, a - LOOKBACK_NS, b, [it.device])
+    gs, ge = np.maximum(iv.start_ns, a), np.minimum(iv.end_ns, b)
+    gm = ge > gs
+    return Slab(
+        a, b,
+        calls=np.bincount(cls[started], minlength=n_cls).astype(np.int64),
+        time_s=_fsum(cls, dur, n_cls),
+        share_s=_fsum(cls, share, n_cls),
+        bytes=np.bincount(cls[started], weights=nbytes[started],
+                          minlength=n_cls).astype(np.int64),
+        idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
+        idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
+                           minlength=N_CAUSES).astype(np.int64))
+
+
+def row_reach_ns(lag_ms: float, window_ms: float) -> int:
+    """How far before a reading its windows start, at the lag ± ``LAG_SLACK_MS`` and any
+    board response on the grid (plus 1 ms for rounding)."""
+    return int(np.ceil((lag_ms + LAG_SLACK_MS + window_ms + 3.0 * TAU_GRID_MS[-1] + 1.0)
+                       * 1e6))
+
+
+class QueryBusy:
+    """``B_c(t)`` up to a constant per class, evaluated only at the times asked, without
+    sorting the items: the same differences ``B(hi) − B(lo)`` as
+    :class:`~attribution.engine.activity.BusyFunction` for ``lo`` at or after
+    ``need_from_ns`` (an item that ended before it adds the same to both ends), in integer
+    nanoseconds, so exact.
+
+    For sorted distinct query times ``q_k``, an item ``[s, e)`` adds its whole duration to
+    every ``q_k ≥ e`` and ``q_k − s`` to every ``s < q_k < e``: two ``searchsorted`` of the
+    items into the queries and three ``bincount`` + ``cumsum`` over (class, query) cells.
+    A reduction asks a few dozen times (its readings' window edges at three lags, its steps'
+    edges) of tens of thousands of items, where building ``BusyFunction`` sorts them all.
+    """
+
+    def __init__(self, start_ns: I64, end_ns: I64, cls: I64, n_cls: int, *,
+                 need_from_ns: int) -> None:
+        m = end_ns > need_from_ns
+        self.start_ns = start_ns[m]
+        self.dur_ns = np.maximum(end_ns[m] - self.start_ns, 0)
+        self.cls = cls[m].astype(np.int64)
+        self.n_cls = n_cls
+
+    def __call__(self, t_ns: I64) -> F64:
+        q, inv = np.unique(t_ns, return_inverse=True)
+        k, n = len(q), self.n_cls
+        out = np.zeros((n, k + 1), np.float64)
+        if len(self.start_ns) and k:
+            base = int(q[0])
+            s = self.start_ns - base
+            e = s + self.dur_ns
+            qq = q - base
+            js = np.searchsorted(qq, s, side="right")  # first query after the start
+            je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
+            cell = self.cls * (k + 1)
+            size = n * (k + 1)
+            full = np.bincount(cell + je, weights=self.dur_ns.astype(np.float64),
+                               minlength=size)
+            open_n = (np.bincount(cell + js, minlength=size)
+                      - np.bincount(cell + je, minlength=size))
+            open_s = (np.bincount(cell + js, weights=s.astype(np.float64), minlength=size)
+                      - np.bincount(cell + je, weights=s.astype(np.float64), minlength=size))
+            busy = (np.cumsum(full.reshape(n, k + 1), axis=1)
+                    + np.cumsum(open_n.reshape(n, k + 1), axis=1) * np.r_[qq, 0]
+                    - np.cumsum(open_s.reshape(n, k + 1), axis=1))
+            out = busy * 1e-9
+        return np.ascontiguousarray(out[:, :k].T[inv.reshape(-1)])
+
+
+def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
+    """The busy-time function of a reduction (see :class:`QueryBusy`)."""
+    return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
+
+
+def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
+                 tau_ms: float) -> tuple[F64, F64, F64]:
+    """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
+    ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):
+    :func:`~attribution.engine.timebase.window_fractions` at the three lags, with one
+    busy-time query for all of them."""
+    n = len(t_ns)
+    q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
+    u = tau_ms * q if tau_ms > 0 else np.zeros(1)
+    wt = np.full(len(u), 1.0 / len(u))
+    his = [(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6).astype(np.int64)
+            ).reshape(-1) for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
+    hi = np.concatenate(his)
+    lo = hi - np.int64(round(window_ms * 1e6))
+    both = busy(np.concatenate([lo, hi]))
+    m = len(hi)
+    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+    per_lag = frac.reshape(3, len(u), n, -1)
+    x, xl, xh = (np.asarray(np.tensordot(wt, per_lag[i], axes=1), np.float64)
+                 for i in range(3))
+    return x, xl, xh

@@ -1,0 +1,117 @@
+"""The live engine's reduction helpers against recomputing from scratch: the query-driven busy
+function against ``BusyFunction``, the record buffer's chunk selection against reading every
+chunk, and the panels' counted unique against numpy's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attribution.engine.activity import BusyFunction
+from attribution.engine.live_reduce import ChunkBuffer, QueryBusy
+from attribution.intsets import unique_inverse
+from attribution.model import KernelBatch, MarkerBatch, Trace
+
+
+def _items(rng: np.random.Generator, n: int, n_cls: int) -> tuple[np.ndarray, ...]:
+    s = rng.integers(0, 10**9, n)
+    d = rng.integers(0, 10**8, n) * (rng.random(n) < 0.9)  # some zero-length items
+    return s, s + d, rng.integers(0, n_cls, n)
+
+
+def test_query_busy_differences_are_busy_function_differences() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n, n_cls = int(rng.integers(0, 400)), int(rng.integers(1, 7))
+        s, e, g = _items(rng, n, n_cls)
+        lo = rng.integers(2 * 10**8, 10**9, 25)
+        if n >= 4:  # queries exactly at item edges, and repeated queries
+            lo = np.r_[lo, s[:2], e[:2], lo[:3]]
+        hi = lo + rng.integers(0, 10**8, len(lo))
+        ref = BusyFunction(s, e, g.astype(np.int32), n_cls, origin_ns=0)(np.r_[lo, hi])
+        got = QueryBusy(s, e, g, n_cls, need_from_ns=int(lo.min()) - 1)(np.r_[lo, hi])
+        m = len(lo)
+        assert got.shape == ref.shape
+        assert np.allclose(got[m:] - got[:m], ref[m:] - ref[:m], rtol=0, atol=1e-12)
+        # busy time inside a window never exceeds the window times the instances
+        assert np.all(got[m:] - got[:m] >= -1e-15)
+
+
+def test_query_busy_ignores_items_that_ended_before_it_is_asked() -> None:
+    s = np.array([0, 100, 250], np.int64)
+    e = np.array([50, 300, 260], np.int64)
+    busy = QueryBusy(s, e, np.zeros(3, np.int64), 1, need_from_ns=60)
+    b = busy(np.array([60, 200, 255, 400], np.int64))[:, 0] * 1e9
+    # [60, 200]: 100 ns of the second item; [200, 400]: 100 + 10 ns
+    assert b[1] - b[0] == pytest.approx(100.0)
+    assert b[3] - b[1] == pytest.approx(110.0)
+    assert b[2] - b[1] == pytest.approx(60.0)  # 55 of the second + 5 of the third
+
+
+def _chunk(start: np.ndarray, end: np.ndarray) -> Trace:
+    n = len(start)
+    return Trace(kernels=KernelBatch.from_columns({"start_ns": start, "end_ns": end,
+                                                   "device": np.zeros(n)}, n))
+
+
+def test_chunk_buffer_skips_only_chunks_that_cannot_touch_the_span() -> None:
+    rng = np.random.default_rng(3)
+    buf = ChunkBuffer()
+    ends = []
+    for k in range(40):
+        e = np.sort(rng.integers(k * 1000, (k + 1) * 1000, 50))
+        s = e - rng.integers(0, 2500, 50)  # some items longer than a chunk
+        buf.append(int((k + 1) * 1000), _chunk(s, e))
+        ends.append((s, e))
+    all_s = np.concatenate([s for s, _ in ends])
+    all_e = np.concatenate([e for _, e in ends])
+    for since, before in ((5000, 9000), (12_345, 12_346), (0, 40_000), (30_000, 31_000)):
+        got = buf.recent(since, start_before_ns=before).kernels
+        want = (all_e >= since) & (all_s < before)
+        # every record that ends after `since` and starts before `before` is in; a chunk is
+        # dropped only when none of its records qualify
+        pairs = set(zip(got.start_ns.tolist(), got.end_ns.tolist(), strict=True))
+        assert set(zip(all_s[want].tolist(), all_e[want].tolist(), strict=True)) <= pairs
+        assert len(got) < len(buf.recent(since).kernels) or before >= 40_000
+    buf.prune(20_000)
+    assert min(end for end, _ in buf) >= 20_000 and len(buf) == 21
+
+
+def test_chunk_buffer_keeps_a_chunk_whose_markers_start_before_the_span() -> None:
+    buf = ChunkBuffer()
+    late = _chunk(np.array([5000]), np.array([5100]))
+    late.markers = MarkerBatch.from_columns({"start_ns": [100], "end_ns": [5050]}, 1)
+    buf.append(6000, late)
+    assert len(buf.recent(0, start_before_ns=1000).markers) == 1
+    assert len(buf.markers().markers) == 1
+
+
+def test_panel_key_unique_is_numpys() -> None:
+    """The panels' (device, name) key look-up counts dense ids; same answer as np.unique."""
+    from attribution.panels import _unique_keys
+    rng = np.random.default_rng(5)
+    for n, names in ((0, 3), (1, 1), (1000, 5), (5000, 300), (3000, 70_000), (100, 10**9)):
+        key = (rng.integers(0, 3, n).astype(np.int64) << 32) | rng.integers(0, names, n)
+        u, inv = _unique_keys(key)
+        ru, rinv = np.unique(key, return_inverse=True)
+        assert np.array_equal(u, ru) and np.array_equal(inv, rinv.reshape(-1))
+    ids = np.array([3, -1, 3, 0], np.int32)
+    assert np.array_equal(unique_inverse(ids)[0], np.unique(ids))
+
+
+@pytest.mark.parametrize("tau_ms", [0.0, 1.2])
+def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float) -> None:
+    from attribution.engine.build import LAG_SLACK_MS
+    from attribution.engine.live_reduce import reading_rows
+    from attribution.engine.timebase import window_fractions
+
+    rng = np.random.default_rng(2)
+    s, e, g = _items(rng, 3000, 4)
+    t = np.sort(rng.integers(3 * 10**8, 9 * 10**8, 40))
+    ref_busy = BusyFunction(s, e, g.astype(np.int32), 4, origin_ns=0)
+    got = reading_rows(QueryBusy(s, e, g, 4, need_from_ns=2 * 10**8), t, 25.0, 3.5, tau_ms)
+    for x, d in zip(got, (0.0, -LAG_SLACK_MS, LAG_SLACK_MS), strict=True):
+        want = window_fractions(ref_busy, t, 25.0, 3.5 + d, tau_ms)
+        assert x.shape == want.shape == (40, 4)
+        assert np.allclose(x, want, rtol=0, atol=1e-9)
+        assert np.all(x.sum(axis=1) > 0)
