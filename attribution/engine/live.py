@@ -34,25 +34,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from attribution.engine import regress
-from attribution.engine.activity import COPY, MEMSET, BusyFunction, idle_share_s, items_for_device
-from attribution.engine.build import (
-    BLOCK_S,
-    HELD_IDLE_READINGS,
-    IDLE_SANITY,
-    LAG_SLACK_MS,
-    PRIOR_SPAN,
-    _fit_window,
+from attribution.engine.activity import (
+    COPY,
+    MEMSET,
+    BusyFunction,
+    Items,
+    idle_share_s,
+    items_for_device,
 )
-from attribution.engine.clamp import CLAMP_MASK
-from attribution.engine.live_fit import (
-    bootstrap_gram,
-    class_groups,
-    gram,
-    group_kinds,
-    solve_gram,
-    to_groups,
-)
+from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
+from attribution.engine.clamp import MAX_GAP_NS
+from attribution.engine.live_clamp import ClockLog, UnitIndex, unit_groups, unit_ids
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_ring import (
     N_CAUSES,
@@ -63,7 +55,8 @@ from attribution.engine.live_ring import (
     SlabRing,
     StepRing,
 )
-from attribution.engine.live_snapshot import CiState, DevicePart, assemble
+from attribution.engine.live_snapshot import DevicePart, assemble
+from attribution.engine.live_solve import BootPool, fit_device
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
@@ -74,7 +67,7 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
-from attribution.model import F64, I32, DeviceInfo, PowerField, Trace
+from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 from attribution.steps import step_spans
@@ -129,11 +122,15 @@ class DeviceState:
         self.classes = Classes()
         self.energy_t = np.empty(0, np.int64)
         self.energy_mj = np.empty(0, np.int64)
-        self.boot: deque[tuple[float, F64]] = deque()
+        self.pool = BootPool()
         self.search: LagSearch | None = None
         self.steps = StepRing()
-        self.clock_t = np.empty(0, np.int64)
-        self.clock_clamped = np.empty(0, bool)
+        self.clock = ClockLog()
+        self.units = UnitIndex()
+
+    def unit_ids(self, it: Items) -> I64:
+        """Each item's unit (class, or its class's clamped unit) in the class table."""
+        return unit_ids(self.classes, it, self.clock.clamped_at(it.start_ns))
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -160,14 +157,7 @@ class DeviceState:
             rd = _Readings(self.field, self.pend_t, self.pend_w,
                            float(np.median(np.diff(self.pend_t)) / 1e6))
             self.period_ms, self.window_ms, self.source = sensor_model(self.preset, rd)
-        c = tr.clocks
-        if len(c):
-            cm = c.device == self.device
-            if not bool(cm.any()):
-                cm = c.device < 0  # as clamp.clamped_items: a log without a device column
-            self.clock_t = np.concatenate([self.clock_t, c.t_ns[cm]])
-            self.clock_clamped = np.concatenate(
-                [self.clock_clamped, (c.clock_reasons[cm] & CLAMP_MASK) != 0])
+        self.clock.add(tr.clocks, self.device)
         e = tr.energy
         em = e.device == self.device
         if bool(em.any()):
@@ -290,9 +280,10 @@ class LiveEngine:
         rt, ry = st.rows.view()[:2]
         t_all = np.concatenate([rt, st.pend_t])
         y_all = np.concatenate([ry, st.pend_w])
-        ct = _fsum(it.cls, (e - s).astype(np.float64), len(it.labels))
-        group, n_groups = class_groups(ct, it.labels)
-        busy = BusyFunction(s, e, group[it.cls], n_groups, origin_ns=lo)
+        unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
+        ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
+        group, n_groups = unit_groups(ct, st.units.of(st.classes))
+        busy = BusyFunction(s, e, group[unit], n_groups, origin_ns=lo)
         if st.source == "measured" and not st.fitted:
             st.window_ms = _fit_window(busy, t_all, y_all, st.period_ms, (lo, upto))
             st.source = "measured+fitted"
@@ -337,8 +328,8 @@ class LiveEngine:
             busy = busy_all()
         else:
             it = items_for_device(self._recent(int(s0[0])), st.device)
-            gl = st.classes.lut(it.labels, it.class_source, it.class_key)
-            busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32),
+            unit = st.unit_ids(it)
+            busy = BusyFunction(it.start_ns, it.end_ns, unit.astype(np.int32),
                                 len(st.classes), origin_ns=int(s0[0]))
         bb = busy(np.concatenate([s0, e0]))
         st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9, bb[len(s0):] - bb[:len(s0)],
@@ -348,9 +339,9 @@ class LiveEngine:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
         (older rows keep the lag they were reduced with)."""
         it = items_for_device(sub, st.device)
-        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        unit = st.unit_ids(it)
         n_cls = len(st.classes)
-        busy = BusyFunction(it.start_ns, it.end_ns, gl[it.cls].astype(np.int32), n_cls,
+        busy = BusyFunction(it.start_ns, it.end_ns, unit.astype(np.int32), n_cls,
                             origin_ns=lo)
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
                                    + 3.0 * TAU_GRID_MS[-1]) * 1e6))
@@ -369,9 +360,8 @@ class LiveEngine:
         """Reduce settled time [a, b) to a slab, and settled readings to rows."""
         sub = self._recent(a - self._margin_ns())
         it = items_for_device(sub, st.device)
-        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        cls = st.unit_ids(it)  # per unit: a kernel class's clamped instances apart
         n_cls = len(st.classes)
-        cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
         s = np.clip(it.start_ns, a, b)
         e = np.clip(it.end_ns, a, b)
         inside = e > s
@@ -430,8 +420,9 @@ class LiveEngine:
             st.slabs.expire(lo)
             st.rows.expire(lo)
             st.steps.expire(lo)
-            keep_c = st.clock_t >= lo
-            st.clock_t, st.clock_clamped = st.clock_t[keep_c], st.clock_clamped[keep_c]
+            # clock samples decide the clamp state of records the buffer still holds
+            st.clock.expire(min(lo, self.now_ns - self.fit_span_ns - self.settle_ns
+                                - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -448,96 +439,34 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            in_win = st.clock_t <= win[1]
-            clamps = (int(st.clock_clamped[in_win].sum()), int(in_win.sum()))
-            parts.append(self._device_part(st, sums, xs, y, clamps))
+            parts.append(self._device_part(st, sums, xs, y))
         return assemble(parts, win)
 
-    def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
-                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64]
-                    ) -> CiState:
-        """Draw this tick's share of bootstrap replicates into the device's pool (the last
-        ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
-        the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``PRIOR_SPAN`` (as the
-        batch engine does)."""
-        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms, 1e-3)))
+    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
+                     ) -> DevicePart:
+        um = st.units.of(st.classes)
+        block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
+        if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
+            block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms,
+                                                                              1e-3)))
         self._draws += 1
-        pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.boot_per_tick, block=block,
-                                 seed=self._draws, pooled=centre, idle_weight=idle_w)
-        for p, d in zip(pb.tolist(), dpb[:, group], strict=True):
-            st.boot.append((p, d))
-        while len(st.boot) > self.n_boot:
-            st.boot.popleft()
-        n = len(group)
-        pool = np.full((len(st.boot), n), np.nan)
-        for i, (_, d) in enumerate(st.boot):
-            pool[i, :len(d)] = d
-        m0, v0 = gram0
-        ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w)
-                for x in xg[1:]]
-        ends += [solve_gram(m0, v0, prior, pooled=centre * k, idle_weight=idle_w)
-                 for k in PRIOR_SPAN]
-        lag = np.array([e[1:][group] for e in ends])
-        fin = np.isfinite(pool)
-        seen = fin.sum(axis=0)
-        lo = np.full(n, np.nan)
-        hi = np.full(n, np.nan)
-        full = seen == len(pool)
-        if bool(full.any()):
-            lo[full], hi[full] = np.percentile(pool[:, full], [5.0, 95.0], axis=0)
-        for c in np.flatnonzero(~full & (seen > 0)).tolist():  # classes newer than the pool
-            lo[c], hi[c] = np.percentile(pool[fin[:, c], c], [5.0, 95.0])
-        lo = np.fmin(lo, lag.min(axis=0))
-        hi = np.fmax(hi, lag.max(axis=0))
-        p_all = np.array([p for p, _ in st.boot])
-        return CiState(self.done_ns or 0, lo, hi,
-                       (float(np.percentile(p_all, 5.0)), float(np.percentile(p_all, 95.0))),
-                       seen >= min(self.n_boot, 20))
-
-    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
-                     clamps: tuple[int, int] = (0, 0)) -> DevicePart:
-        time_s = sums["time_s"]
-        labels = tuple(st.classes.labels)
-        group, n_groups = class_groups(time_s, labels)
-        prior = st.preset.active_idle_w if st.preset is not None else None
-        xg = [to_groups(x, group, n_groups) for x in xs]
-        ci: CiState | None = None
-        held: tuple[float, float] | None = None
-        if len(y) >= 1 and n_groups:
-            m, v = gram(xg[0], y)
-            # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
-            kinds = group_kinds(time_s, labels, tuple(st.classes.source), group, n_groups)
-            centre = regress.pooled_by_kind_gram(m, v, kinds)
-            idle_w = regress.IDLE_PRIOR_READINGS
-            sol = solve_gram(m, v, prior, pooled=centre)
-            if prior is not None and len(y) >= 8 and abs(sol[0] - prior) > IDLE_SANITY * prior:
-                # as the batch engine: the readings cannot place P_idle; hold it at the
-                # board's value and flag every class
-                fitted = float(sol[0])
-                idle_w = HELD_IDLE_READINGS * len(y)
-                sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
-                held = (fitted, float(sol[0]))
-            p_idle, dp = float(sol[0]), sol[1:]
-            sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
-            rms = float(np.sqrt(max(sse, 0.0) / len(y)))
-            ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w,
-                                 gram0=(m, v))
-        elif len(y) >= 1:
-            p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
-        else:
-            p_idle, dp, rms = 0.0, np.zeros(n_groups), 0.0
+        f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
+                       pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
+                       seed=self._draws)
+        steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
             field=st.field.label if st.field is not None else "none",
             period_ms=st.period_ms, window_ms=st.window_ms, lag_ms=st.lag_ms,
-            tau_ms=st.tau_ms, source=st.source, labels=labels,
-            class_source=tuple(st.classes.source), class_key=tuple(st.classes.key),
-            group=group, n_groups=n_groups, xg=xg[0], p_idle_w=p_idle,
-            dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=ci, calls=sums["calls"],
-            time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
-            idle_n=sums["idle_n"], n_readings=len(y),
+            tau_ms=st.tau_ms, source=st.source, labels=um.labels,
+            class_source=um.source, class_key=um.key,
+            group=f.class_group, n_groups=f.n_groups, g_c_time_s=f.g_c_time_s, xg=f.xg,
+            p_idle_w=f.p_idle_w, dyn_j=f.class_dyn_j, unit_dp_w=f.unit_dp_w, rms_w=f.rms_w,
+            ci=f.ci, calls=um.to_classes(sums["calls"]), time_s=um.to_classes(sums["time_s"]),
+            share_s=um.to_classes(sums["share_s"]), bytes=um.to_classes(sums["bytes"]),
+            idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
-            step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
-            step_busy_s=_pad(st.steps.view()[2], len(labels)),
-            step_items=st.steps.view()[3].copy(), step_source=st.steps.source,
-            held_idle_w=held, clamp_samples=clamps)
+            step_start_ns=steps[0].copy(), step_dur_s=steps[1].copy(),
+            step_busy_s=_pad(steps[2], len(st.classes)),
+            step_items=steps[3].copy(), step_source=st.steps.source,
+            held_idle_w=f.held_idle_w)
