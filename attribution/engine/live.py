@@ -44,8 +44,8 @@ from attribution.engine.activity import (
 )
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.clamp import MAX_GAP_NS
+from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, unit_groups, unit_ids
-from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_ring import (
     N_CAUSES,
     SUMS,
@@ -63,7 +63,6 @@ from attribution.engine.timebase import (
     TAU_GRID_MS,
     sensor_model,
     usable,
-    window_fractions,
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.idle import idle_intervals
@@ -123,7 +122,10 @@ class DeviceState:
         self.energy_t = np.empty(0, np.int64)
         self.energy_mj = np.empty(0, np.int64)
         self.pool = BootPool()
-        self.search: LagSearch | None = None
+        self.search: ResponseSearch | None = None
+        self.boost = Boost()  # consumer boards: slow stage and tail (live_boost)
+        self.tail_rows = RowRing()  # the tail column of each row (consumer boards only)
+        self.busy_end_ns: int | None = None  # last busy end seen (a tail gap's start)
         self.steps = StepRing()
         self.clock = ClockLog()
         self.units = UnitIndex()
@@ -244,7 +246,8 @@ class LiveEngine:
     def _margin_ns(self) -> int:
         w = max((st.window_ms for st in self.dev.values() if not np.isnan(st.window_ms)),
                 default=0.0)
-        return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + 5.0) * 1e6) + LOOKBACK_NS
+        slow = max((st.boost.reach_ms() for st in self.dev.values()), default=0.0)
+        return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + slow + 5.0) * 1e6) + LOOKBACK_NS
 
     def _recent(self, since_ns: int) -> Trace:
         """The chunks whose records may end at or after ``since_ns``, as one trace."""
@@ -291,7 +294,9 @@ class LiveEngine:
         if len(idx) < 8:
             st.last_fit_ns = self.now_ns  # too few readings: try again a refit period later
             return
-        st.search = LagSearch(busy, t_all[idx], y_all[idx], st.window_ms)
+        st.search = ResponseSearch(busy, t_all[idx], y_all[idx], st.window_ms,
+                                   consumer=st.preset is not None and st.preset.consumer_boost,
+                                   start_ns=s, end_ns=e)
         if not st.fitted:
             self._search_step(st, math.inf)
 
@@ -301,8 +306,8 @@ class LiveEngine:
         if res is None:
             return
         st.search = None
-        old = (st.lag_ms, st.tau_ms)
-        st.lag_ms, st.tau_ms = res
+        old = (st.lag_ms, st.tau_ms, st.boost)
+        st.lag_ms, st.tau_ms, st.boost = res
         if st.fitted and res != old:
             lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
             self._rereduce_rows(st, self._recent(lo), lo)
@@ -344,15 +349,21 @@ class LiveEngine:
         busy = BusyFunction(it.start_ns, it.end_ns, unit.astype(np.int32), n_cls,
                             origin_ns=lo)
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
-                                   + 3.0 * TAU_GRID_MS[-1]) * 1e6))
+                                   + 3.0 * TAU_GRID_MS[-1] + st.boost.reach_ms()) * 1e6))
         if st.rows.n_cls < n_cls:  # grow the ring's class columns first
             st.rows.append(np.empty(0, np.int64), np.empty(0),
                            (np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros((0, n_cls))))
         t, _, *xs = st.rows.view()
         ok = t - reach_ns >= lo
         if bool(ok.any()):
-            for d, x in zip((0.0, -LAG_SLACK_MS, LAG_SLACK_MS), xs, strict=True):
-                x[ok] = window_fractions(busy, t[ok], st.window_ms, st.lag_ms + d, st.tau_ms)
+            new, hs = row_columns(busy, t[ok], window_ms=st.window_ms, lag_ms=st.lag_ms,
+                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
+                                  end_ns=it.end_ns, prev_end_ns=None, now_ns=self.now_ns)
+            for x, xn in zip(xs, new, strict=True):
+                x[ok] = xn
+            if hs is not None and len(st.tail_rows) == len(t):
+                for h, hn in zip(st.tail_rows.view()[2:], hs, strict=True):
+                    h[ok] = hn
 
     # ------------------------------------------------------------------ reduction
 
@@ -404,10 +415,14 @@ class LiveEngine:
         st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
         if not len(t):
             return
-        busy = busy_all()
-        xs = [window_fractions(busy, t, st.window_ms, st.lag_ms + d, st.tau_ms)
-              for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
+        xs, hs = row_columns(busy_all(), t, window_ms=st.window_ms, lag_ms=st.lag_ms,
+                             tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
+                             end_ns=it.end_ns, prev_end_ns=st.busy_end_ns, now_ns=self.now_ns)
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))
+        if hs is not None:
+            st.tail_rows.append(t, y, (hs[0], hs[1], hs[2]))
+        if len(it):
+            st.busy_end_ns = max(st.busy_end_ns or 0, int(it.end_ns.max()))
 
     # ------------------------------------------------------------------ output
 
@@ -419,6 +434,7 @@ class LiveEngine:
         for st in self.dev.values():
             st.slabs.expire(lo)
             st.rows.expire(lo)
+            st.tail_rows.expire(lo)
             st.steps.expire(lo)
             # clock samples decide the clamp state of records the buffer still holds
             st.clock.expire(min(lo, self.now_ns - self.fit_span_ns - self.settle_ns
@@ -435,15 +451,18 @@ class LiveEngine:
                     & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
+            hs = None
+            if len(st.tail_rows) == len(t) and st.boost.modelled:
+                hs = [h[keep] for h in st.tail_rows.view()[2:]]
             sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            parts.append(self._device_part(st, sums, xs, y))
+            parts.append(self._device_part(st, sums, xs, y, hs))
         return assemble(parts, win)
 
-    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64
-                     ) -> DevicePart:
+    def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
+                     hs: list[F64] | None = None) -> DevicePart:
         um = st.units.of(st.classes)
         block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
         if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
@@ -452,7 +471,7 @@ class LiveEngine:
         self._draws += 1
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
-                       seed=self._draws)
+                       seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None)
         steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
@@ -469,4 +488,6 @@ class LiveEngine:
             step_start_ns=steps[0].copy(), step_dur_s=steps[1].copy(),
             step_busy_s=_pad(steps[2], len(st.classes)),
             step_items=steps[3].copy(), step_source=st.steps.source,
-            held_idle_w=f.held_idle_w)
+            held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
+            boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
+                          if hs is not None else None))
