@@ -286,7 +286,8 @@ class LiveEngine:
         unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
         ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
         group, n_groups = unit_groups(ct, st.units.of(st.classes))
-        busy = BusyFunction(s, e, group[unit], n_groups, origin_ns=lo)
+        ran = group[unit] >= 0
+        busy = BusyFunction(s[ran], e[ran], group[unit][ran], n_groups, origin_ns=lo)
         if st.source == "measured" and not st.fitted:
             st.window_ms = _fit_window(busy, t_all, y_all, st.period_ms, (lo, upto))
             st.source = "measured+fitted"

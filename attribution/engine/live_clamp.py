@@ -147,26 +147,31 @@ class UnitIndex:
         return self._map
 
 
+def _ranked(time_s: F64, um: UnitMap) -> list[int]:
+    """Units that ran in the horizon, busiest first (then class label, free before clamped):
+    the batch engine's order."""
+    live = np.flatnonzero(np.asarray(time_s[:um.n_units]) > 0).tolist()
+    return sorted(live, key=lambda u: (-float(time_s[u]), um.labels[um.unit_class[u]],
+                                       bool(um.clamped[u])))
+
+
 def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
-    """Busiest ``MAX_GROUPS`` units get their own group, the rest share the last one: the
-    batch engine's ranking (busy time, then class label, free before clamped)."""
-    n = um.n_units
-    order = sorted(range(n), key=lambda u: (-float(time_s[u]), um.labels[um.unit_class[u]],
-                                            bool(um.clamped[u])))
-    group = np.zeros(n, np.int32)
+    """Busiest ``MAX_GROUPS`` units get their own group, the rest share the last one (the
+    batch engine's ranking).  Units that did not run in the horizon (a clamp that has left
+    it, a class seen before it) get group −1: no column, as in the batch engine, where they
+    do not exist."""
+    order = _ranked(time_s, um)
+    group = np.full(um.n_units, -1, np.int32)
     for rank, u in enumerate(order):
         group[u] = min(rank, MAX_GROUPS)
-    return group, (MAX_GROUPS + 1 if n > MAX_GROUPS else n)
+    return group, (MAX_GROUPS + 1 if len(order) > MAX_GROUPS else len(order))
 
 
 def unit_kinds(time_s: F64, um: UnitMap, group: I32, n_groups: int) -> I64:
     """Prior kind of each group (``2 × source + clamped``, as ``build._unit_groups``); a
     shared "rest" group takes the kind of its least busy unit."""
     kind = np.zeros(n_groups, np.int64)
-    order = sorted(range(um.n_units), key=lambda u: (-float(time_s[u]),
-                                                     um.labels[um.unit_class[u]],
-                                                     bool(um.clamped[u])))
-    for u in order:
+    for u in _ranked(time_s, um):
         kind[group[u]] = 2 * um.source[um.unit_class[u]] + int(um.clamped[u])
     return kind
 
@@ -175,19 +180,13 @@ def class_time_by_group(time_s: F64, um: UnitMap, group: I32, n_groups: int
                         ) -> tuple[F64, I32]:
     """(groups × classes busy time, each class's main group): a class's energy is
     ``Σ_g ΔP_g × time[g, c]``; its main group is its free unit's when that ran in the
-    horizon, else its clamped unit's (``build._unit_groups``)."""
+    horizon, else its clamped unit's (``build._unit_groups``); −1 when neither ran."""
     n_cls = len(um.labels)
     g_c = np.zeros((n_groups, n_cls))
-    np.add.at(g_c, (group[:len(time_s)], um.unit_class[:len(time_s)]), time_s)
+    ran = group >= 0
+    np.add.at(g_c, (group[ran], um.unit_class[ran]), time_s[ran])
     main = np.full(n_cls, -1, np.int64)
-    # free units first, then clamped ones fill the classes whose free unit did not run
-    for want_clamped in (False, True):
-        m = (um.clamped[:len(time_s)] == want_clamped) & (time_s > 0)
-        cls = um.unit_class[:len(time_s)][m]
-        fill = main[cls] < 0
-        main[cls[fill]] = group[:len(time_s)][m][fill]
-    free = ~um.clamped[:len(time_s)]
-    cls = um.unit_class[:len(time_s)][free]
-    fill = main[cls] < 0
-    main[cls[fill]] = group[:len(time_s)][free][fill]
+    for want_clamped in (True, False):  # free units overwrite clamped ones
+        m = ran & (um.clamped == want_clamped)
+        main[um.unit_class[m]] = group[m]
     return g_c, main.astype(np.int32)

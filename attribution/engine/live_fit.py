@@ -39,9 +39,10 @@ __all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "gram", "prior_gram", 
 
 
 def to_groups(x: F64, group: I32, n_groups: int) -> F64:
-    """Sum class columns into group columns."""
+    """Sum unit columns into group columns (group −1: dropped)."""
     onehot = np.zeros((len(group), n_groups), np.float64)
-    onehot[np.arange(len(group)), group] = 1.0
+    ran = np.flatnonzero(group >= 0)  # −1: a column in no group
+    onehot[ran, group[ran]] = 1.0
     return np.asarray(x @ onehot, np.float64)
 
 

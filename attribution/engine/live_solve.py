@@ -83,6 +83,14 @@ class BootPool:
         return float(np.percentile(p, 5.0)), float(np.percentile(p, 95.0))
 
 
+def _per_unit(dp: F64, group: I32) -> F64:
+    """ΔP of each unit's group along the last axis (0 for a unit that did not run)."""
+    out = np.take(dp, np.maximum(group, 0), axis=-1) if dp.shape[-1] else np.zeros(
+        (*dp.shape[:-1], len(group)))
+    out = np.where(group >= 0, out, 0.0)
+    return np.asarray(out, np.float64)
+
+
 def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
     n = e.shape[1]
     fin = np.isfinite(e)
@@ -114,8 +122,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     if not (len(y) >= 1 and n_groups):
         p_idle = float(np.mean(y)) if len(y) else 0.0
         rms = float(np.std(y)) if len(y) else 0.0
-        dp = np.zeros(n_groups)
-        return DeviceFit(group, n_groups, xg[0], p_idle, dp[group], np.zeros(n_cls), g_c,
+        return DeviceFit(group, n_groups, xg[0], p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
                          class_group, rms, None, None)
     xd = xg if tail is None else [np.column_stack([x, h]) for x, h in zip(xg, tail,
                                                                            strict=True)]
@@ -141,7 +148,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
     pb, dpb = bootstrap_gram(xd[0], y, prior, n_boot=boot_per_tick, block=block, seed=seed,
                              pooled=centre, idle_weight=idle_w)
-    pool.add(pb, dpb[:, group], n_boot)
+    pool.add(pb, _per_unit(dpb, group), n_boot)
     e_boot = pool.class_energy(time_s, um)
     lo, hi, seen = _percentiles(e_boot)
     ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w) for x in xd[1:]]
@@ -151,5 +158,5 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     ci = ClassCi(lo, hi, pool.p_idle_ci(), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
-    return DeviceFit(group, n_groups, xg[0], p_idle, np.asarray(dp[group], np.float64),
+    return DeviceFit(group, n_groups, xg[0], p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)
