@@ -448,8 +448,10 @@ class LiveEngine:
             n = len(st.classes)
             t, y, *xv = st.rows.view()
             reach_ms = LAG_GRID_MS[1] + (0.0 if np.isnan(st.window_ms) else st.window_ms)
-            keep = ((t - np.int64(round(reach_ms * 1e6)) >= win[0])
-                    & (t - np.int64(round(LAG_GRID_MS[0] * 1e6)) <= win[1]))
+            # rows are in time order: the ones whose windows lie in the horizon are a slice
+            keep = slice(int(np.searchsorted(t, win[0] + np.int64(round(reach_ms * 1e6)))),
+                         int(np.searchsorted(t, win[1] + np.int64(round(LAG_GRID_MS[0] * 1e6)),
+                                             side="right")))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
             hs = None
@@ -486,9 +488,9 @@ class LiveEngine:
             share_s=um.to_classes(sums["share_s"]), bytes=um.to_classes(sums["bytes"]),
             idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
-            step_start_ns=steps[0].copy(), step_dur_s=steps[1].copy(),
+            step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
             step_busy_s=_pad(steps[2], len(st.classes)),
-            step_items=steps[3].copy(), step_source=st.steps.source,
+            step_items=steps[3], step_source=st.steps.source,
             held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
                           if hs is not None else None))

@@ -17,6 +17,7 @@ knowing about clamps; the snapshot maps units back to classes with :class:`UnitM
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def unit_ids(classes: Classes, it: Items, clamped: B) -> I64:
     return out
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class UnitMap:
     """Units (the class table's entries) → classes (what the snapshot reports)."""
 
@@ -110,11 +111,16 @@ class UnitMap:
     def n_units(self) -> int:
         return len(self.unit_class)
 
+    @functools.cached_property
+    def onehot(self) -> F64:
+        """(units, classes) incidence matrix."""
+        m = np.zeros((self.n_units, len(self.labels)))
+        m[np.arange(self.n_units), self.unit_class] = 1.0
+        return m
+
     def to_classes(self, per_unit: F64) -> F64:
         """Sum a per-unit vector (or the last axis of an array) into classes."""
-        out = np.zeros((*per_unit.shape[:-1], len(self.labels)))
-        np.add.at(out.T, self.unit_class[:per_unit.shape[-1]], per_unit.T)
-        return out
+        return np.asarray(per_unit @ self.onehot[:per_unit.shape[-1]], np.float64)
 
 
 class UnitIndex:

@@ -145,13 +145,14 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
     if not parts or not len(parts[0].step_start_ns):
         return None
-    keep = parts[0].step_start_ns >= win[0]
-    if not bool(keep.any()):
+    mask = parts[0].step_start_ns >= win[0]
+    if not bool(mask.any()):
         return None
+    keep: slice | np.ndarray = slice(None) if bool(mask.all()) else mask  # no copy if all
     dur_s = parts[0].step_dur_s[keep]
-    energy = np.zeros(int(keep.sum()))
+    energy = np.zeros(len(dur_s))
     for p in parts:
-        if len(p.step_start_ns) != len(keep):
+        if len(p.step_start_ns) != len(mask):
             continue
         busy = p.step_busy_s[keep]
         energy += p.p_idle_w * dur_s + busy @ p.unit_dp_w[:busy.shape[1]]
