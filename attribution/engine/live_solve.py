@@ -113,7 +113,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
     boards) the tail column at the same three lags.  Draws ``boot_per_tick`` replicates into
     ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
-    at the ΔP prior centre × ``PRIOR_SPAN``, as the batch engine does."""
+    at the ΔP prior centre × ``PRIOR_SPAN``, as the batch engine does, and with a tail to the
+    fit without it."""
     group, n_groups = unit_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -153,6 +154,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     lo, hi, seen = _percentiles(e_boot)
     ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w) for x in xd[1:]]
     ends += [solve_gram(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in PRIOR_SPAN]
+    if tail is not None:  # the boost model is itself uncertain: the fit without the tail
+        k = n_groups + 1  # (the batch engine also drops the slow stage: docs/attribution.md)
+        ends.append(solve_gram(m[:k, :k], v[:k], prior, pooled=centre[:n_groups],
+                               idle_weight=idle_w))
     e_ends = np.array([e[1:n_groups + 1] @ g_c for e in ends])
     lo = np.fmin(lo, e_ends.min(axis=0))
     hi = np.fmax(hi, e_ends.max(axis=0))
