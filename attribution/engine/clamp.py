@@ -1,6 +1,7 @@
 """Clock-clamp state of each GPU item, from the NVML clock-event reasons in the trace.
 
-Owns :func:`clamped_items`.  Under a power cap or a thermal slowdown the SM clock drops, so a
+Owns :func:`clamped_items` and :func:`nearest_clamped` (the rule, shared with the live
+engine).  Under a power cap or a thermal slowdown the SM clock drops, so a
 kernel runs longer at lower power: one ``ΔP`` per class cannot fit both regimes, and the
 regression pushes the misfit into whatever regressor correlates with the clamp (typically a
 copy class, whose rate per second changes when steps stretch).  The engine therefore fits a
@@ -37,10 +38,18 @@ def clamped_items(trace: Trace, device: int, start_ns: I64) -> B:
     if not bool(clamp.any()):
         return out
     order = np.argsort(t, kind="stable")
-    t, clamp = t[order], clamp[order]
-    j = np.searchsorted(t, start_ns)
-    lo = np.clip(j - 1, 0, len(t) - 1)
-    hi = np.clip(j, 0, len(t) - 1)
-    near = np.where(np.abs(start_ns - t[lo]) <= np.abs(t[hi] - start_ns), lo, hi)
-    ok = np.abs(t[near] - start_ns) <= MAX_GAP_NS
+    return nearest_clamped(t[order], clamp[order], start_ns)
+
+
+def nearest_clamped(t_ns: I64, clamp: B, start_ns: I64) -> B:
+    """For each start, whether the nearest clock sample (``t_ns`` sorted, within
+    ``MAX_GAP_NS``) carries a clamp reason (``clamp``: per sample).  Shared by the batch
+    engine (:func:`clamped_items`) and the live one (``live_clamp.ClockLog``)."""
+    if len(t_ns) == 0 or len(start_ns) == 0:
+        return np.zeros(len(start_ns), dtype=bool)
+    j = np.searchsorted(t_ns, start_ns)
+    lo = np.clip(j - 1, 0, len(t_ns) - 1)
+    hi = np.clip(j, 0, len(t_ns) - 1)
+    near = np.where(np.abs(start_ns - t_ns[lo]) <= np.abs(t_ns[hi] - start_ns), lo, hi)
+    ok = np.abs(t_ns[near] - start_ns) <= MAX_GAP_NS
     return np.asarray(ok & clamp[near], dtype=bool)

@@ -27,37 +27,19 @@ are listed in docs/attribution.md ("Live engine").
 from __future__ import annotations
 
 import math
-from collections import deque
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from attribution.engine import regress
-from attribution.engine.activity import BusyFunction, items_for_device
-from attribution.engine.build import (
-    BLOCK_S,
-    HELD_IDLE_READINGS,
-    IDLE_SANITY,
-    LAG_SLACK_MS,
-    PRIOR_SPAN,
-    _fit_window,
-)
-from attribution.engine.clamp import CLAMP_MASK
-from attribution.engine.live_fit import (
-    bootstrap_gram,
-    class_groups,
-    gram,
-    group_kinds,
-    solve_gram,
-    to_groups,
-)
-from attribution.engine.live_lag import LagSearch
+from attribution.engine.activity import BusyFunction, Items, items_for_device
+from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
+from attribution.engine.clamp import MAX_GAP_NS
+from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
+from attribution.engine.live_clamp import ClockLog, UnitIndex, unit_groups, unit_ids
 from attribution.engine.live_reduce import (
     LOOKBACK_NS,
     ChunkBuffer,
+    _fsum,
     busy_from,
-    reading_rows,
     reduce_slab,
     row_reach_ns,
 )
@@ -69,7 +51,8 @@ from attribution.engine.live_ring import (
     SlabRing,
     StepRing,
 )
-from attribution.engine.live_snapshot import CiState, DevicePart, assemble
+from attribution.engine.live_snapshot import DevicePart, assemble
+from attribution.engine.live_solve import BootPool, fit_device
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
@@ -78,7 +61,7 @@ from attribution.engine.timebase import (
     usable,
 )
 from attribution.engine.timebase import Readings as _Readings
-from attribution.model import F64, I32, I64, DeviceInfo, PowerField, Trace
+from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 from attribution.steps import step_spans
@@ -91,10 +74,10 @@ MIN_FIT_S = 5.0
 REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
 BOOT_PER_TICK = 5
+"""Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
 LAG_UNITS_PER_TICK = 16
 """Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
 so it spreads over ~27 ticks; the first fit runs at once."""
-"""Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
 
 
 def _pad(a: F64, n: int) -> F64:
@@ -103,10 +86,6 @@ def _pad(a: F64, n: int) -> F64:
         return a
     width = [(0, 0)] * (a.ndim - 1) + [(0, n - a.shape[-1])]
     return np.asarray(np.pad(a, width), np.float64)
-
-
-def _fsum(idx: npt.NDArray[np.integer[Any]], weights: F64, n: int) -> F64:
-    return np.asarray(np.bincount(idx, weights=weights, minlength=n), np.float64)
 
 
 class DeviceState:
@@ -131,11 +110,18 @@ class DeviceState:
         self.classes = Classes()
         self.energy_t = np.empty(0, np.int64)
         self.energy_mj = np.empty(0, np.int64)
-        self.boot: deque[tuple[float, F64]] = deque()
-        self.search: LagSearch | None = None
+        self.pool = BootPool()
+        self.search: ResponseSearch | None = None
+        self.boost = Boost()  # consumer boards: slow stage and tail (live_boost)
+        self.tail_rows = RowRing()  # the tail column of each row (consumer boards only)
+        self.busy_end_ns: int | None = None  # last busy end seen (a tail gap's start)
         self.steps = StepRing()
-        self.clock_t = np.empty(0, np.int64)
-        self.clock_clamped = np.empty(0, bool)
+        self.clock = ClockLog()
+        self.units = UnitIndex()
+
+    def unit_ids(self, it: Items) -> I64:
+        """Each item's unit (class, or its class's clamped unit) in the class table."""
+        return unit_ids(self.classes, it, self.clock.clamped_at(it.start_ns))
 
     def add_readings(self, tr: Trace) -> None:
         p = tr.power
@@ -162,14 +148,7 @@ class DeviceState:
             rd = _Readings(self.field, self.pend_t, self.pend_w,
                            float(np.median(np.diff(self.pend_t)) / 1e6))
             self.period_ms, self.window_ms, self.source = sensor_model(self.preset, rd)
-        c = tr.clocks
-        if len(c):
-            cm = c.device == self.device
-            if not bool(cm.any()):
-                cm = c.device < 0  # as clamp.clamped_items: a log without a device column
-            self.clock_t = np.concatenate([self.clock_t, c.t_ns[cm]])
-            self.clock_clamped = np.concatenate(
-                [self.clock_clamped, (c.clock_reasons[cm] & CLAMP_MASK) != 0])
+        self.clock.add(tr.clocks, self.device)
         e = tr.energy
         em = e.device == self.device
         if bool(em.any()):
@@ -256,7 +235,8 @@ class LiveEngine:
     def _margin_ns(self) -> int:
         w = max((st.window_ms for st in self.dev.values() if not np.isnan(st.window_ms)),
                 default=0.0)
-        return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + 5.0) * 1e6) + LOOKBACK_NS
+        slow = max((st.boost.reach_ms() for st in self.dev.values()), default=0.0)
+        return int((LAG_GRID_MS[1] + w + 3.0 * TAU_GRID_MS[-1] + slow + 5.0) * 1e6) + LOOKBACK_NS
 
     def _prune(self) -> None:
         if self.done_ns is None:
@@ -283,9 +263,11 @@ class LiveEngine:
         rt, ry = st.rows.view()[:2]
         t_all = np.concatenate([rt, st.pend_t])
         y_all = np.concatenate([ry, st.pend_w])
-        ct = _fsum(it.cls, (e - s).astype(np.float64), len(it.labels))
-        group, n_groups = class_groups(ct, it.labels)
-        busy = BusyFunction(s, e, group[it.cls], n_groups, origin_ns=lo)
+        unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
+        ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
+        group, n_groups = unit_groups(ct, st.units.of(st.classes))
+        ran = group[unit] >= 0
+        busy = BusyFunction(s[ran], e[ran], group[unit][ran], n_groups, origin_ns=lo)
         if st.source == "measured" and not st.fitted:
             st.window_ms = _fit_window(busy, t_all, y_all, st.period_ms, (lo, upto))
             st.source = "measured+fitted"
@@ -293,7 +275,9 @@ class LiveEngine:
         if len(idx) < 8:
             st.last_fit_ns = self.now_ns  # too few readings: try again a refit period later
             return
-        st.search = LagSearch(busy, t_all[idx], y_all[idx], st.window_ms)
+        st.search = ResponseSearch(busy, t_all[idx], y_all[idx], st.window_ms,
+                                   consumer=st.preset is not None and st.preset.consumer_boost,
+                                   start_ns=s, end_ns=e)
         if not st.fitted:
             self._search_step(st, math.inf)
 
@@ -303,8 +287,8 @@ class LiveEngine:
         if res is None:
             return
         st.search = None
-        old = (st.lag_ms, st.tau_ms)
-        st.lag_ms, st.tau_ms = res
+        old = (st.lag_ms, st.tau_ms, st.boost)
+        st.lag_ms, st.tau_ms, st.boost = res
         if st.fitted and res != old:
             lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
             self._rereduce_rows(st, self.chunks.recent(lo), lo)
@@ -316,20 +300,25 @@ class LiveEngine:
         """Recompute, at the new lag, the rows whose windows the record buffer still holds
         (older rows keep the lag they were reduced with)."""
         it = items_for_device(sub, st.device)
-        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        unit = st.unit_ids(it)
         n_cls = len(st.classes)
-        busy = busy_from(it, gl[it.cls], n_cls, lo)  # the rows' windows start after lo
+        busy = busy_from(it, unit, n_cls, lo)  # the rows' windows start after lo
         reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
-                                   + 3.0 * TAU_GRID_MS[-1]) * 1e6))
+                                   + 3.0 * TAU_GRID_MS[-1] + st.boost.reach_ms()) * 1e6))
         if st.rows.n_cls < n_cls:  # grow the ring's class columns first
             st.rows.append(np.empty(0, np.int64), np.empty(0),
                            (np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros((0, n_cls))))
         t, _, *xs = st.rows.view()
         ok = t - reach_ns >= lo
         if bool(ok.any()):
-            new = reading_rows(busy, t[ok], st.window_ms, st.lag_ms, st.tau_ms)
-            for x, v in zip(xs, new, strict=True):
-                x[ok] = v
+            new, hs = row_columns(busy, t[ok], window_ms=st.window_ms, lag_ms=st.lag_ms,
+                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
+                                  end_ns=it.end_ns, prev_end_ns=None, now_ns=self.now_ns)
+            for x, xn in zip(xs, new, strict=True):
+                x[ok] = xn
+            if hs is not None and len(st.tail_rows) == len(t):
+                for h, hn in zip(st.tail_rows.view()[2:], hs, strict=True):
+                    h[ok] = hn
 
     # ------------------------------------------------------------------ reduction
 
@@ -339,9 +328,8 @@ class LiveEngine:
         slack_ns = int(np.ceil(LAG_SLACK_MS * 1e6)) + 1_000_000
         sub = self.chunks.recent(a - LOOKBACK_NS, start_before_ns=b + slack_ns)
         it = items_for_device(sub, st.device)
-        gl = st.classes.lut(it.labels, it.class_source, it.class_key)
+        cls = st.unit_ids(it)  # per unit: a kernel class's clamped instances apart
         n_cls = len(st.classes)
-        cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
         st.slabs.append(reduce_slab(sub, it, cls, n_cls, (a, b)))
         first = self.start_ns or a
         # the steps that ended in [a, b) and the readings settled by b
@@ -355,22 +343,31 @@ class LiveEngine:
             st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
         if steps is None and not len(t):
             return
-        need = [int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms)] if len(t) else []
+        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms)
+                 - int(np.ceil(st.boost.reach_ms() * 1e6))] if len(t) else [])
         need += [int(steps[0][0])] if steps is not None else []
         need_from = min(need)
         if need_from < a - LOOKBACK_NS:  # a step (or a window) reaching past the context read
             sub = self.chunks.recent(need_from, start_before_ns=b + slack_ns)
             it = items_for_device(sub, st.device)
-            gl = st.classes.lut(it.labels, it.class_source, it.class_key)
-            cls = gl[it.cls] if len(it) else np.empty(0, np.int64)
+            cls = st.unit_ids(it)
+            n_cls = len(st.classes)  # the wider read may hold classes not seen before
         busy = busy_from(it, cls, n_cls, need_from)
         if steps is not None:
             s0, e0, items = steps
             bb = busy(np.concatenate([s0, e0]))
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
                             bb[len(s0):] - bb[:len(s0)], items)
-        if len(t):
-            st.rows.append(t, y, reading_rows(busy, t, st.window_ms, st.lag_ms, st.tau_ms))
+        if not len(t):
+            return
+        xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
+                             tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
+                             end_ns=it.end_ns, prev_end_ns=st.busy_end_ns, now_ns=self.now_ns)
+        st.rows.append(t, y, (xs[0], xs[1], xs[2]))
+        if hs is not None:
+            st.tail_rows.append(t, y, (hs[0], hs[1], hs[2]))
+        if len(it):
+            st.busy_end_ns = max(st.busy_end_ns or 0, int(it.end_ns.max()))
 
     def _settled_steps(self, st: DeviceState, a: int, b: int) -> tuple[I64, I64, F64] | None:
         """Steps (``attribution.steps.step_spans``: mark_step ranges, else ProfilerStep#N,
@@ -395,9 +392,11 @@ class LiveEngine:
         for st in self.dev.values():
             st.slabs.expire(lo)
             st.rows.expire(lo)
+            st.tail_rows.expire(lo)
             st.steps.expire(lo)
-            keep_c = st.clock_t >= lo
-            st.clock_t, st.clock_clamped = st.clock_t[keep_c], st.clock_clamped[keep_c]
+            # clock samples decide the clamp state of records the buffer still holds
+            st.clock.expire(min(lo, self.now_ns - self.fit_span_ns - self.settle_ns
+                                - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
         parts = []
@@ -412,100 +411,43 @@ class LiveEngine:
                                              side="right")))
             xs = [_pad(x[keep], n) for x in xv]
             y = y[keep]
+            hs = None
+            if len(st.tail_rows) == len(t) and st.boost.modelled:
+                hs = [h[keep] for h in st.tail_rows.view()[2:]]
             sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            in_win = st.clock_t <= win[1]
-            clamps = (int(st.clock_clamped[in_win].sum()), int(in_win.sum()))
-            parts.append(self._device_part(st, sums, xs, y, clamps))
+            parts.append(self._device_part(st, sums, xs, y, hs))
         return assemble(parts, win)
 
-    def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
-                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64]
-                    ) -> CiState:
-        """Draw this tick's share of bootstrap replicates into the device's pool (the last
-        ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
-        the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``PRIOR_SPAN`` (as the
-        batch engine does)."""
-        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms, 1e-3)))
-        self._draws += 1
-        pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.boot_per_tick, block=block,
-                                 seed=self._draws, pooled=centre, idle_weight=idle_w)
-        for p, d in zip(pb.tolist(), dpb[:, group], strict=True):
-            st.boot.append((p, d))
-        while len(st.boot) > self.n_boot:
-            st.boot.popleft()
-        n = len(group)
-        pool = np.full((len(st.boot), n), np.nan)
-        for i, (_, d) in enumerate(st.boot):
-            pool[i, :len(d)] = d
-        m0, v0 = gram0
-        ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w)
-                for x in xg[1:]]
-        ends += [solve_gram(m0, v0, prior, pooled=centre * k, idle_weight=idle_w)
-                 for k in PRIOR_SPAN]
-        lag = np.array([e[1:][group] for e in ends])
-        fin = np.isfinite(pool)
-        seen = fin.sum(axis=0)
-        lo = np.full(n, np.nan)
-        hi = np.full(n, np.nan)
-        full = seen == len(pool)
-        if bool(full.any()):
-            lo[full], hi[full] = np.percentile(pool[:, full], [5.0, 95.0], axis=0)
-        for c in np.flatnonzero(~full & (seen > 0)).tolist():  # classes newer than the pool
-            lo[c], hi[c] = np.percentile(pool[fin[:, c], c], [5.0, 95.0])
-        lo = np.fmin(lo, lag.min(axis=0))
-        hi = np.fmax(hi, lag.max(axis=0))
-        p_all = np.array([p for p, _ in st.boot])
-        return CiState(self.done_ns or 0, lo, hi,
-                       (float(np.percentile(p_all, 5.0)), float(np.percentile(p_all, 95.0))),
-                       seen >= min(self.n_boot, 20))
-
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
-                     clamps: tuple[int, int] = (0, 0)) -> DevicePart:
-        time_s = sums["time_s"]
-        labels = tuple(st.classes.labels)
-        group, n_groups = class_groups(time_s, labels)
-        prior = st.preset.active_idle_w if st.preset is not None else None
-        xg = [to_groups(x, group, n_groups) for x in xs]
-        ci: CiState | None = None
-        held: tuple[float, float] | None = None
-        if len(y) >= 1 and n_groups:
-            m, v = gram(xg[0], y)
-            # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
-            kinds = group_kinds(time_s, labels, tuple(st.classes.source), group, n_groups)
-            centre = regress.pooled_by_kind_gram(m, v, kinds)
-            idle_w = regress.IDLE_PRIOR_READINGS
-            sol = solve_gram(m, v, prior, pooled=centre)
-            if prior is not None and len(y) >= 8 and abs(sol[0] - prior) > IDLE_SANITY * prior:
-                # as the batch engine: the readings cannot place P_idle; hold it at the
-                # board's value and flag every class
-                fitted = float(sol[0])
-                idle_w = HELD_IDLE_READINGS * len(y)
-                sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
-                held = (fitted, float(sol[0]))
-            p_idle, dp = float(sol[0]), sol[1:]
-            sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
-            rms = float(np.sqrt(max(sse, 0.0) / len(y)))
-            ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w,
-                                 gram0=(m, v))
-        elif len(y) >= 1:
-            p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
-        else:
-            p_idle, dp, rms = 0.0, np.zeros(n_groups), 0.0
+                     hs: list[F64] | None = None) -> DevicePart:
+        um = st.units.of(st.classes)
+        block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
+        if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
+            block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms,
+                                                                              1e-3)))
+        self._draws += 1
+        f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
+                       pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
+                       seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None)
+        steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
             field=st.field.label if st.field is not None else "none",
             period_ms=st.period_ms, window_ms=st.window_ms, lag_ms=st.lag_ms,
-            tau_ms=st.tau_ms, source=st.source, labels=labels,
-            class_source=tuple(st.classes.source), class_key=tuple(st.classes.key),
-            group=group, n_groups=n_groups, xg=xg[0], p_idle_w=p_idle,
-            dp_w=np.asarray(dp, np.float64), rms_w=rms, ci=ci, calls=sums["calls"],
-            time_s=time_s, share_s=sums["share_s"], bytes=sums["bytes"], idle_s=sums["idle_s"],
-            idle_n=sums["idle_n"], n_readings=len(y),
+            tau_ms=st.tau_ms, source=st.source, labels=um.labels,
+            class_source=um.source, class_key=um.key,
+            group=f.class_group, n_groups=f.n_groups, g_c_time_s=f.g_c_time_s, xg=f.xg,
+            p_idle_w=f.p_idle_w, dyn_j=f.class_dyn_j, unit_dp_w=f.unit_dp_w, rms_w=f.rms_w,
+            ci=f.ci, calls=um.to_classes(sums["calls"]), time_s=um.to_classes(sums["time_s"]),
+            share_s=um.to_classes(sums["share_s"]), bytes=um.to_classes(sums["bytes"]),
+            idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
-            step_start_ns=st.steps.view()[0].copy(), step_dur_s=st.steps.view()[1].copy(),
-            step_busy_s=_pad(st.steps.view()[2], len(labels)),
-            step_items=st.steps.view()[3].copy(), step_source=st.steps.source,
-            held_idle_w=held, clamp_samples=clamps)
+            step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
+            step_busy_s=_pad(steps[2], len(st.classes)),
+            step_items=steps[3], step_source=st.steps.source,
+            held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
+            boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
+                          if hs is not None else None))

@@ -1,4 +1,4 @@
-"""The live engine's small solves: class → group pooling, the bootstrap on per-block sufficient
+"""The live engine's small solves: columns → group sums, the bootstrap on per-block sufficient
 statistics, and the ``resolvable`` verdict per class.
 
 Owns the numerics that :mod:`attribution.engine.live` runs on its ring of per-reading rows.
@@ -34,25 +34,15 @@ from attribution.engine.build import (
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
-__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "class_groups", "gram", "group_kinds",
-           "prior_gram", "solve_gram", "verdicts"]
-
-
-def class_groups(class_time_s: F64, labels: tuple[str, ...]) -> tuple[I32, int]:
-    """Busiest ``MAX_GROUPS`` classes get their own group, the rest share the last one (the
-    batch engine's rule, on the horizon's class times)."""
-    n = len(class_time_s)
-    order = sorted(range(n), key=lambda c: (-float(class_time_s[c]), labels[c]))
-    group = np.zeros(n, np.int32)
-    for rank, c in enumerate(order):
-        group[c] = min(rank, MAX_GROUPS)
-    return group, (MAX_GROUPS + 1 if n > MAX_GROUPS else n)
+__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "gram", "prior_gram", "solve_gram",
+           "to_groups", "verdicts"]
 
 
 def to_groups(x: F64, group: I32, n_groups: int) -> F64:
-    """Sum class columns into group columns."""
+    """Sum unit columns into group columns (group −1: dropped)."""
     onehot = np.zeros((len(group), n_groups), np.float64)
-    onehot[np.arange(len(group)), group] = 1.0
+    ran = np.flatnonzero(group >= 0)  # −1: a column in no group
+    onehot[ran, group[ran]] = 1.0
     return np.asarray(x @ onehot, np.float64)
 
 
@@ -129,18 +119,6 @@ def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None, *,
     return _nnls_gram(m + prior[0], v + prior[1])
 
 
-def group_kinds(class_time_s: F64, labels: tuple[str, ...], class_source: tuple[int, ...],
-                group: I32, n_groups: int) -> I64:
-    """Prior kind of each group, as the batch engine's ``_unit_groups`` assigns it
-    (``2 × source``; the live engine does not split clamped instances): a shared "rest" group
-    takes the kind of its least busy class."""
-    kind = np.zeros(n_groups, np.int64)
-    order = sorted(range(len(labels)), key=lambda c: (-float(class_time_s[c]), labels[c]))
-    for c in order:
-        kind[group[c]] = 2 * class_source[c]
-    return kind
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClassVerdict:
     ci_j: F64  # (classes, 2)
@@ -150,27 +128,29 @@ class ClassVerdict:
     clusters: tuple[tuple[int, ...], ...]  # class indices per cluster
 
 
-def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
+def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64, g_c_time_s: F64,
              window_ms: float, preset: GpuPreset | None, has_power: bool,
              computed: I64, held_idle: tuple[float, float] | None = None,
-             clamp_samples: tuple[int, int] = (0, 0)) -> ClassVerdict:
-    """The batch engine's ``resolvable`` rules applied to the live fit.  ``computed`` marks
-    the classes whose interval the last bootstrap covered (newer ones are not resolvable
-    until the next interval refresh); ``held_idle`` = (fitted, held) P_idle when the fit was
-    degenerate and P_idle was held at the board's value (no class is then resolvable);
-    ``clamp_samples`` = (clamped, all) clock samples over the horizon: with any clamp the
-    live fit (one ΔP per class, no clamp units) is biased where the batch engine's is not,
-    so no class is resolvable either."""
+             boost_modelled: bool = False) -> ClassVerdict:
+    """The batch engine's ``resolvable`` rules applied to the live fit, per class over its
+    units (``g_c_time_s``: groups × classes busy time; ``group``: each class's main group).
+    ``computed`` marks the classes whose interval the last bootstrap covered (newer ones are
+    not resolvable until the next interval refresh); ``held_idle`` = (fitted, held) P_idle
+    when the fit was degenerate and P_idle was held at the board's value (no class is then
+    resolvable); ``boost_modelled``: the consumer slow stage and tail are in the fit."""
     n_cls = len(dyn_j)
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
     comps = _clusters(xg, exposure) if has_power else []
     cluster_of = {gi: i for i, comp in enumerate(comps) for gi in comp}
+    in_class = g_c_time_s > 0
+    class_exposure = exposure @ in_class if n_cls else np.zeros(0)
     res: list[bool] = []
     clu: list[str | None] = []
     why: list[str] = []
     for c in range(n_cls):
         g = int(group[c])
+        in_cluster = [int(h) for h in np.flatnonzero(in_class[:, c]) if int(h) in cluster_of]
         half = (ci[c, 1] - ci[c, 0]) / 2.0
         r, w, cl = False, "", None
         if not has_power:
@@ -182,19 +162,18 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64,
             w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
                  f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
                  f"{held_idle[1]:.0f} W")
-        elif clamp_samples[0]:
-            w = (f"clock clamps in the horizon ({clamp_samples[0]} of {clamp_samples[1]} "
-                 "clock samples): the live view does not fit clamped instances apart "
-                 "(the batch engine does)")
         elif preset is not None and preset.consumer_boost:
-            w = ("consumer-card boost: the live engine does not model the slow stage and "
+            w = ("consumer-card boost: the fitted slow stage and tail are an approximate model"
+                 if boost_modelled else
+                 "consumer-card boost: the live engine does not model the slow stage and "
                  "tail (the batch engine fits them approximately)")
-        elif n_cls > MAX_GROUPS and g == MAX_GROUPS:
+        elif n_groups > MAX_GROUPS and g == MAX_GROUPS:
             w = "pooled with other rarely-run classes"
-        elif g in cluster_of:
-            w, cl = "always runs in a fixed mix with other classes", f"cluster{cluster_of[g]}"
-        elif exposure[g] < MIN_EXPOSURE:
-            w = f"too little exposure ({exposure[g]:.1f} reading-equivalents)"
+        elif in_cluster:
+            w = "always runs in a fixed mix with other classes"
+            cl = f"cluster{cluster_of[in_cluster[0]]}"
+        elif class_exposure[c] < MIN_EXPOSURE:
+            w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
         elif dyn_j[c] <= 0:
             w = "estimate sits at the zero bound"
         elif not bool(computed[c]):

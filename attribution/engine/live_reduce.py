@@ -24,7 +24,7 @@ delay and however often the engine is polled.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -204,7 +204,7 @@ def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
     return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
 
 
-def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
+def reading_rows(busy: Callable[[I64], F64], t_ns: I64, window_ms: float, lag_ms: float,
                  tau_ms: float) -> tuple[F64, F64, F64]:
     """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
     ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.live_fit import verdicts
+from attribution.engine.live_solve import ClassCi
 from attribution.engine.rows import _measured_energy_j, close_totals
 from attribution.model import F64, I32, I64, EnergyBatch, Trace
 from attribution.precision import precision_of
@@ -42,17 +43,6 @@ _precision = functools.lru_cache(maxsize=4096)(precision_of)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CiState:
-    """The interval state: ΔP bounds per class and P_idle's, from the replicate pool."""
-
-    t_ns: int
-    dp_lo_w: F64
-    dp_hi_w: F64
-    p_idle_w: tuple[float, float]
-    computed: npt.NDArray[np.bool_]  # classes with enough replicates in the pool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class DevicePart:
     """One device's fit over the horizon and its horizon sums (per class / per cause)."""
 
@@ -65,16 +55,18 @@ class DevicePart:
     lag_ms: float
     tau_ms: float
     source: str
-    labels: tuple[str, ...]
+    labels: tuple[str, ...]  # per class (clamped units summed back in)
     class_source: tuple[int, ...]
     class_key: tuple[tuple[str, str], ...]
-    group: I32
+    group: I32  # each class's main regressor group
     n_groups: int
+    g_c_time_s: F64  # (groups, classes) busy time: a class's units and their groups
     xg: F64
     p_idle_w: float
-    dp_w: F64
+    dyn_j: F64  # per class: Σ over its units of ΔP_unit × time_unit
+    unit_dp_w: F64  # per unit (the columns of ``step_busy_s``)
     rms_w: float
-    ci: CiState | None
+    ci: ClassCi | None
     calls: F64
     time_s: F64
     share_s: F64
@@ -86,13 +78,14 @@ class DevicePart:
     energy_mj: I64
     step_start_ns: I64
     step_dur_s: F64
-    step_busy_s: F64  # (steps, classes)
+    step_busy_s: F64  # (steps, units)
     step_items: F64  # NaN where a step has no item count
     step_source: str
     held_idle_w: tuple[float, float] | None = None
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
-    clamp_samples: tuple[int, int] = (0, 0)
-    """(clock samples reporting a clamp reason, clock samples) over the horizon."""
+    boost_tail_j: float | None = None
+    """Energy of the fitted consumer boost tail over the horizon (None: not modelled)."""
+    slow_response: tuple[float, float] = (0.0, 0.0)
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -101,9 +94,9 @@ def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
     hi = 2.0 * dyn_j
     computed = np.zeros(n, np.int64)
     if p.ci is not None:
-        ok = p.ci.computed
-        lo[ok] = p.ci.dp_lo_w[ok] * p.time_s[ok]
-        hi[ok] = p.ci.dp_hi_w[ok] * p.time_s[ok]
+        ok = p.ci.computed & np.isfinite(p.ci.lo_j) & np.isfinite(p.ci.hi_j)
+        lo[ok] = p.ci.lo_j[ok]
+        hi[ok] = p.ci.hi_j[ok]
         computed[ok] = 1
     # the interval is from the last refresh; it always covers the current estimate
     return np.column_stack([np.minimum(lo, dyn_j), np.maximum(hi, dyn_j)]), computed
@@ -112,15 +105,14 @@ def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
 def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow],
                                          list[list[str]]]:
     n = len(p.labels)
-    dp_c = p.dp_w[p.group] if n else np.zeros(0)
-    dyn = dp_c * p.time_s
+    dyn = p.dyn_j
     energy = dyn + p.p_idle_w * p.share_s
     ci, computed = _class_ci(p, dyn)
     has_power = p.field != "none"
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
-                 window_ms=p.window_ms, preset=p.preset, has_power=has_power,
-                 computed=computed, held_idle=p.held_idle_w,
-                 clamp_samples=p.clamp_samples)
+                 g_c_time_s=p.g_c_time_s, window_ms=p.window_ms, preset=p.preset,
+                 has_power=has_power, computed=computed, held_idle=p.held_idle_w,
+                 boost_modelled=p.boost_tail_j is not None)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     for c in range(n):
@@ -154,18 +146,18 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     (``P_idle × duration + Σ_c ΔP_c × busy_c``), summed over devices."""
     if not parts or not len(parts[0].step_start_ns):
         return None
-    inside = parts[0].step_start_ns >= win[0]
-    if not bool(inside.any()):
+    mask = parts[0].step_start_ns >= win[0]
+    if not bool(mask.any()):
         return None
     # the usual case, every step inside: no copy of the (steps × classes) busy matrix
-    keep: npt.NDArray[np.bool_] | slice = slice(None) if bool(inside.all()) else inside
+    keep: npt.NDArray[np.bool_] | slice = slice(None) if bool(mask.all()) else mask
     dur_s = parts[0].step_dur_s[keep]
     energy = np.zeros(len(dur_s))
     for p in parts:
-        if len(p.step_start_ns) != len(parts[0].step_start_ns):
+        if len(p.step_start_ns) != len(mask):
             continue
-        dp_c = p.dp_w[p.group] if len(p.labels) else np.zeros(0)
-        energy += p.p_idle_w * dur_s + p.step_busy_s[keep] @ dp_c
+        busy = p.step_busy_s[keep]
+        energy += p.p_idle_w * dur_s + busy @ p.unit_dp_w[:busy.shape[1]]
     return summarize(dur_s, energy, parts[0].step_items[keep], sla_ms=None,
                      source=parts[0].step_source)
 
@@ -194,13 +186,6 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                                        p.lag_ms if has_power else 0.0)))
         if not has_power:
             warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
-        if p.clamp_samples[0]:
-            warnings.append(
-                f"GPU {p.device}: clock clamp (power cap or thermal slowdown) in "
-                f"{p.clamp_samples[0]} of {p.clamp_samples[1]} clock samples; the live view "
-                "fits one ΔP per kernel class across clamped and free instances (the batch "
-                "engine, `ppwtop attribute`, fits them apart): per-class energy may be biased, "
-                "no class is marked resolvable")
         en = Trace(energy=EnergyBatch.from_columns({
             "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
@@ -219,6 +204,11 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         "sensor_source": {str(p.device): p.source for p in parts},
         "response_ms": {str(p.device): p.tau_ms for p in parts},
         "fit_rms_w": {str(p.device): p.rms_w for p in parts},
+        **({"boost_tail_j": {str(p.device): p.boost_tail_j for p in parts
+                             if p.boost_tail_j is not None},
+            "slow_response": {str(p.device): list(p.slow_response) for p in parts
+                              if p.boost_tail_j is not None}}
+           if any(p.boost_tail_j is not None for p in parts) else {}),
         "active_idle_ci_w": {str(p.device): list(p.ci.p_idle_w) if p.ci else
                              [p.p_idle_w, p.p_idle_w] for p in parts},
     }

@@ -1,6 +1,7 @@
 """The boost tail of consumer boards: power that stays on after the GPU goes idle.
 
-Owns the tail regressor.  GeForce cards keep boost power for 0.5-3 s after work stops
+Owns the tail regressor (its window means, energy and fit: :func:`fit_tail`,
+:func:`fit_tail_params`).  GeForce cards keep boost power for 0.5-3 s after work stops
 (DESIGN.md §3).  Modelled as a level L (W, fitted, ≥ 0) times ``exp(−age/τ_t)`` inside every
 idle gap of at least ``min_gap`` (age = time since the gap began), cut off when the next item
 starts.  The sensor sees its window mean, which :func:`tail_fractions` computes exactly from
@@ -83,10 +84,24 @@ def fit_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms
              lag_ms: float, rss: Callable[[F64, F64], float]
              ) -> tuple[I64, I64, float] | None:
     """(gap starts, gap ends, τ_t) of the tail model that lowers the residual most, or None
-    (grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``; candidates with R² > ``TAIL_MAX_R2``
-    against the activity columns are skipped)."""
+    (see :func:`fit_tail_params`)."""
+    best = fit_tail_params(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
+                           rss=rss)
+    if best is None:
+        return None
+    gs, ge = idle_gaps(start_ns, end_ns, round(best[0] * 1e6))
+    return gs, ge, best[1]
+
+
+def fit_tail_params(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
+                    window_ms: float, lag_ms: float, rss: Callable[[F64, F64], float]
+                    ) -> tuple[float, float] | None:
+    """(min_gap ms, τ_t s) of the tail model that lowers the residual most, or None (grid
+    ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``; candidates with R² > ``TAIL_MAX_R2`` against
+    the activity columns are skipped).  The live engine keeps these two numbers and applies
+    them to each new reading row."""
     best_r = rss(x, y)
-    best: tuple[I64, I64, float] | None = None
+    best: tuple[float, float] | None = None
     for mg in MIN_GAP_GRID_MS:
         gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
         if len(gs) == 0:
@@ -97,5 +112,5 @@ def fit_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms
                 continue
             r = rss(np.column_stack([x, h]), y)
             if r < best_r * (1.0 - 1e-3):
-                best_r, best = r, (gs, ge, tau)
+                best_r, best = r, (float(mg), float(tau))
     return best

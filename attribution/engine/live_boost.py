@@ -1,0 +1,179 @@
+"""The consumer-board boost model in the live engine: the slow second response stage and the
+boost tail, fitted with the lag and applied to every reading row.
+
+Owns :class:`Boost` (the fitted model: slow stage (τ₂, w) and tail (min_gap, τ_t)),
+:class:`ResponseSearch` (the live lag search, then on consumer boards
+``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, the same grids, order
+and ties) and ``tail.fit_tail_params`` on the same span) and :func:`row_columns` (a batch of
+reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the slow stage, and the tail column
+at the same lags).  The tail column of a row needs the idle gap its window sits in: the gap
+starts at the last busy end before it, which may lie before the records the engine still
+holds, so the caller passes the last busy end it has seen (``prev_end_ns``), and the gap in
+progress at the settle line is closed at ``now`` (a record still running then is the live
+engine's "long record" approximation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Generator
+
+import numpy as np
+
+from attribution.engine import regress
+from attribution.engine.build import LAG_SLACK_MS
+from attribution.engine.live_lag import LagSearch
+from attribution.engine.live_reduce import reading_rows
+from attribution.engine.tail import fit_tail_params, idle_gaps, tail_fractions
+from attribution.engine.timebase import (
+    LAG_FINE_MS,
+    SLOW_LAG_SPAN_MS,
+    SLOW_TAU_GRID_MS,
+    SLOW_WEIGHTS,
+    TAU_POINTS,
+    ActivityFn,
+    window_fractions,
+)
+from attribution.model import F64, I64
+
+SLOW_REACH = 3.5
+"""The slow stage's delay quantiles reach 3.47 τ₂ back (``TAU_POINTS`` quantiles of Exp)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Boost:
+    """The consumer-board model: slow stage (τ₂ ms, w) and tail (min_gap ms, τ_t s)."""
+
+    slow: tuple[float, float] = (0.0, 0.0)
+    tail: tuple[float, float] | None = None
+    modelled: bool = False  # fitted (a consumer board), even if neither part was kept
+
+    def reach_ms(self) -> float:
+        """How far before a window the slow stage reads busy time."""
+        return SLOW_REACH * self.slow[0] if self.slow[1] > 0 else 0.0
+
+
+class SlowSearch:
+    """An interruptible ``timebase.fit_slow_response`` (same grids, order and ties)."""
+
+    def __init__(self, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
+                 lag_ms: float, tau_ms: float) -> None:
+        self._busy, self._t, self._y, self._w = busy, t_ns, y, window_ms
+        self._lag, self._tau = lag_ms, tau_ms
+        self.result: tuple[float, tuple[float, float]] | None = None
+        self._gen = self._run()
+
+    def _x(self, lag: float, tau: float, slow: tuple[float, float] = (0.0, 0.0)) -> F64:
+        return window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
+
+    def _stage(self, lag: float) -> Generator[float, None, tuple[float, tuple[float, float]]]:
+        x_fast = self._x(lag, self._tau)
+        yield TAU_POINTS if self._tau > 0 else 1.0
+        best = (regress.quick_rss(x_fast, self._y), (0.0, 0.0))
+        for tau2 in SLOW_TAU_GRID_MS:
+            x_slow = self._x(lag, tau2)
+            yield TAU_POINTS
+            for w in SLOW_WEIGHTS:
+                r = regress.quick_rss((1.0 - w) * x_fast + w * x_slow, self._y)
+                if r < best[0]:
+                    best = (r, (tau2, w))
+        return best
+
+    def _run(self) -> Generator[float, None, None]:
+        lag = self._lag
+        if len(self._t) < 8:
+            self.result = (lag, (0.0, 0.0))
+            return
+        _, slow = yield from self._stage(lag)
+        if slow == (0.0, 0.0):
+            self.result = (lag, slow)
+            return
+        grid = np.arange(lag - SLOW_LAG_SPAN_MS, lag + SLOW_LAG_SPAN_MS + 1e-9, 2 * LAG_FINE_MS)
+        scores = []
+        for d in grid:
+            scores.append(regress.quick_rss(self._x(float(d), self._tau, slow), self._y))
+            yield 2.0 * TAU_POINTS
+        lag = float(grid[int(np.argmin(scores))])
+        _, slow = yield from self._stage(lag)
+        self.result = (lag, slow)
+
+    def step(self, units: float = math.inf) -> tuple[float, tuple[float, float]] | None:
+        """Evaluate activity matrices worth up to ``units`` (at least one); the result once
+        done."""
+        left = units
+        while self.result is None and left > 0:
+            try:
+                left -= next(self._gen)
+            except StopIteration:
+                break
+        return self.result
+
+
+class ResponseSearch:
+    """The lag/response search (``live_lag.LagSearch``), then on consumer boards the slow
+    stage and the tail on the same readings; ``step(units)`` until it returns
+    ``(lag, τ, Boost)``."""
+
+    def __init__(self, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
+                 consumer: bool, start_ns: I64, end_ns: I64) -> None:
+        self._busy, self._t, self._y, self._w = busy, t_ns, y, window_ms
+        self._consumer = consumer
+        self._items = (start_ns, end_ns)
+        self._lag = LagSearch(busy, t_ns, y, window_ms)
+        self._fast: tuple[float, float] | None = None
+        self._slow: SlowSearch | None = None
+        self.result: tuple[float, float, Boost] | None = None
+
+    def step(self, units: float = math.inf) -> tuple[float, float, Boost] | None:
+        if self.result is not None:
+            return self.result
+        if self._fast is None:
+            self._fast = self._lag.step(units)
+            if self._fast is None:
+                return None
+            if not self._consumer:
+                self.result = (*self._fast, Boost())
+                return self.result
+            self._slow = SlowSearch(self._busy, self._t, self._y, self._w,
+                                    lag_ms=self._fast[0], tau_ms=self._fast[1])
+            if not math.isinf(units):
+                return None  # the slow stage starts on the next call
+        assert self._slow is not None
+        res = self._slow.step(units)
+        if res is None:
+            return None
+        lag, slow = res
+        tau = self._fast[1]
+        x = window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
+        tail = fit_tail_params(x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
+                               rss=regress.quick_rss)
+        self.result = (lag, tau, Boost(slow, tail, True))
+        return self.result
+
+
+def row_columns(busy: ActivityFn, t_ns: I64, *, window_ms: float, lag_ms: float,
+                tau_ms: float, boost: Boost, start_ns: I64, end_ns: I64,
+                prev_end_ns: int | None, now_ns: int) -> tuple[list[F64], list[F64] | None]:
+    """Per-unit activity of the rows ``t_ns`` at lag, lag − and lag + ``LAG_SLACK_MS`` (with
+    the slow stage), and when the board's model has a tail, the tail column at those lags."""
+    lags = (lag_ms, lag_ms - LAG_SLACK_MS, lag_ms + LAG_SLACK_MS)
+    if boost.slow[1] > 0:
+        xs = [window_fractions(busy, t_ns, window_ms, d, tau_ms, slow=boost.slow) for d in lags]
+    else:  # one busy-time query for the three lags
+        xs = list(reading_rows(busy, t_ns, window_ms, lag_ms, tau_ms))
+    if not boost.modelled:
+        return xs, None
+    if boost.tail is None or not len(t_ns):
+        return xs, [np.zeros((len(t_ns), 1)) for _ in lags]
+    s, e = start_ns, end_ns
+    if prev_end_ns is not None:  # the gap the first records' windows may sit in
+        s = np.r_[np.int64(prev_end_ns - 1), s]
+        e = np.r_[np.int64(prev_end_ns), e]
+    close = max(now_ns, int(e.max()) + 1 if len(e) else now_ns)  # the gap in progress
+    s = np.r_[s, np.int64(close)]
+    e = np.r_[e, np.int64(close + 1)]
+    gs, ge = idle_gaps(s.astype(np.int64), e.astype(np.int64), round(boost.tail[0] * 1e6))
+    hs = [tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=d,
+                         tau_s=boost.tail[1])[:, None] for d in lags]
+    return xs, hs

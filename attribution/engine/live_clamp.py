@@ -1,0 +1,198 @@
+"""Clock-clamp units of the live engine: which items ran under a clock clamp, and the unit ↔
+class bookkeeping that sums them back into the class rows.
+
+Owns :class:`ClockLog` (a device's clock-event samples over the horizon), :func:`unit_ids`
+(each item's regressor unit), :class:`UnitIndex` / :class:`UnitMap` (unit → class) and the
+grouping of units into regressors (:func:`unit_groups`, :func:`unit_kinds`,
+:func:`class_time_by_group`).  The rule is the batch engine's (``engine/clamp.py``,
+``build._unit_groups``): a kernel whose nearest clock sample (within 1 s of its start) carries
+a clamp reason is *clamped*; a kernel class's clamped and free instances are two regressor
+units, ranked like classes for the 32-group limit, each with its own prior kind
+(``2 × source + clamped``); copies and memsets are never split.  The live engine keeps a
+clamped unit in its class table (``live_ring.Classes``) as one more entry whose label ends in
+:data:`CLAMPED_SUFFIX`, so slabs, reading rows and steps carry per-unit columns without
+knowing about clamps; the snapshot maps units back to classes with :class:`UnitMap`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from attribution.engine.activity import KERNEL, Items
+from attribution.engine.build import MAX_GROUPS
+from attribution.engine.clamp import CLAMP_MASK, nearest_clamped
+from attribution.engine.live_ring import Classes
+from attribution.model import F64, I32, I64, B, ClockBatch
+
+CLAMPED_SUFFIX = "\x1fclamped"
+"""Appended to a class label to name its clamped unit (a control character: no real kernel
+name or copy label carries it)."""
+
+
+class ClockLog:
+    """A device's clock samples (time and "carries a clamp reason"), sorted by time."""
+
+    def __init__(self) -> None:
+        self.t_ns = np.empty(0, np.int64)
+        self.clamped = np.empty(0, bool)
+        self._n_clamped = 0
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+    def add(self, clocks: ClockBatch, device: int) -> None:
+        """Append the samples of ``device`` (a log without a device column counts for every
+        device, as :func:`clamp.clamped_items` reads it)."""
+        if not len(clocks):
+            return
+        on = clocks.device == device
+        if not bool(on.any()):
+            on = clocks.device < 0
+        if not bool(on.any()):
+            return
+        t = np.asarray(clocks.t_ns[on], np.int64)
+        c = (clocks.clock_reasons[on] & CLAMP_MASK) != 0
+        t_all = np.concatenate([self.t_ns, t])
+        c_all = np.concatenate([self.clamped, c])
+        if bool(np.any(t_all[1:] < t_all[:-1])):  # samples of a slow poll arriving late
+            order = np.argsort(t_all, kind="stable")
+            t_all, c_all = t_all[order], c_all[order]
+        self.t_ns, self.clamped = t_all, c_all
+        self._n_clamped = int(c_all.sum())
+
+    def expire(self, before_ns: int) -> None:
+        """Drop the samples taken before ``before_ns``."""
+        i = int(np.searchsorted(self.t_ns, before_ns))
+        if i:
+            self._n_clamped -= int(self.clamped[:i].sum())
+            self.t_ns, self.clamped = self.t_ns[i:], self.clamped[i:]
+
+    def clamped_at(self, start_ns: I64) -> B:
+        """Whether the nearest sample (within 1 s) to each start carries a clamp reason."""
+        if not self._n_clamped:
+            return np.zeros(len(start_ns), bool)
+        return nearest_clamped(self.t_ns, self.clamped, start_ns)
+
+
+def unit_ids(classes: Classes, it: Items, clamped: B) -> I64:
+    """Each item's unit in ``classes`` (registering new classes and clamped units): the
+    class's own entry, or for a clamped kernel its class's clamped unit."""
+    gl = classes.lut(it.labels, it.class_source, it.class_key)
+    if not len(it):
+        return np.empty(0, np.int64)
+    out = gl[it.cls]
+    m = clamped & (it.source == KERNEL)
+    if not bool(m.any()):
+        return out
+    present = np.unique(it.cls[m])
+    units = classes.lut(tuple(it.labels[c] + CLAMPED_SUFFIX for c in present.tolist()),
+                        tuple(it.class_source[c] for c in present.tolist()),
+                        tuple(it.class_key[c] for c in present.tolist()))
+    full = np.zeros(len(it.labels), np.int64)
+    full[present] = units
+    out[m] = full[it.cls[m]]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitMap:
+    """Units (the class table's entries) → classes (what the snapshot reports)."""
+
+    unit_class: I64  # unit → class index
+    clamped: B  # unit is a clamped unit
+    labels: tuple[str, ...]  # per class
+    source: tuple[int, ...]
+    key: tuple[tuple[str, str], ...]
+
+    @property
+    def n_units(self) -> int:
+        return len(self.unit_class)
+
+    @functools.cached_property
+    def onehot(self) -> F64:
+        """(units, classes) incidence matrix."""
+        m = np.zeros((self.n_units, len(self.labels)))
+        m[np.arange(self.n_units), self.unit_class] = 1.0
+        return m
+
+    def to_classes(self, per_unit: F64) -> F64:
+        """Sum a per-unit vector (or the last axis of an array) into classes."""
+        return np.asarray(per_unit @ self.onehot[:per_unit.shape[-1]], np.float64)
+
+
+class UnitIndex:
+    """:class:`UnitMap` of a growing class table, rebuilt only when it grew."""
+
+    def __init__(self) -> None:
+        self._map: UnitMap | None = None
+
+    def of(self, classes: Classes) -> UnitMap:
+        n = len(classes)
+        if self._map is not None and self._map.n_units == n:
+            return self._map
+        index: dict[str, int] = {}
+        labels: list[str] = []
+        source: list[int] = []
+        key: list[tuple[str, str]] = []
+        uc = np.empty(n, np.int64)
+        cl = np.zeros(n, bool)
+        for u, lab in enumerate(classes.labels):
+            base = lab[:-len(CLAMPED_SUFFIX)] if lab.endswith(CLAMPED_SUFFIX) else lab
+            cl[u] = base is not lab
+            c = index.get(base)
+            if c is None:
+                c = index[base] = len(labels)
+                labels.append(base)
+                source.append(classes.source[u])
+                key.append(classes.key[u])
+            uc[u] = c
+        self._map = UnitMap(uc, cl, tuple(labels), tuple(source), tuple(key))
+        return self._map
+
+
+def _ranked(time_s: F64, um: UnitMap) -> list[int]:
+    """Units that ran in the horizon, busiest first (then class label, free before clamped):
+    the batch engine's order."""
+    live = np.flatnonzero(np.asarray(time_s[:um.n_units]) > 0).tolist()
+    return sorted(live, key=lambda u: (-float(time_s[u]), um.labels[um.unit_class[u]],
+                                       bool(um.clamped[u])))
+
+
+def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
+    """Busiest ``MAX_GROUPS`` units get their own group, the rest share the last one (the
+    batch engine's ranking).  Units that did not run in the horizon (a clamp that has left
+    it, a class seen before it) get group −1: no column, as in the batch engine, where they
+    do not exist."""
+    order = _ranked(time_s, um)
+    group = np.full(um.n_units, -1, np.int32)
+    for rank, u in enumerate(order):
+        group[u] = min(rank, MAX_GROUPS)
+    return group, (MAX_GROUPS + 1 if len(order) > MAX_GROUPS else len(order))
+
+
+def unit_kinds(time_s: F64, um: UnitMap, group: I32, n_groups: int) -> I64:
+    """Prior kind of each group (``2 × source + clamped``, as ``build._unit_groups``); a
+    shared "rest" group takes the kind of its least busy unit."""
+    kind = np.zeros(n_groups, np.int64)
+    for u in _ranked(time_s, um):
+        kind[group[u]] = 2 * um.source[um.unit_class[u]] + int(um.clamped[u])
+    return kind
+
+
+def class_time_by_group(time_s: F64, um: UnitMap, group: I32, n_groups: int
+                        ) -> tuple[F64, I32]:
+    """(groups × classes busy time, each class's main group): a class's energy is
+    ``Σ_g ΔP_g × time[g, c]``; its main group is its free unit's when that ran in the
+    horizon, else its clamped unit's (``build._unit_groups``); −1 when neither ran."""
+    n_cls = len(um.labels)
+    g_c = np.zeros((n_groups, n_cls))
+    ran = group >= 0
+    np.add.at(g_c, (group[ran], um.unit_class[ran]), time_s[ran])
+    main = np.full(n_cls, -1, np.int64)
+    for want_clamped in (True, False):  # free units overwrite clamped ones
+        m = ran & (um.clamped == want_clamped)
+        main[um.unit_class[m]] = group[m]
+    return g_c, main.astype(np.int32)

@@ -1,0 +1,167 @@
+"""The live engine's per-tick fit of one device: units → regressor groups, the Gram fit with
+the batch fit's priors, the held-idle rule, and the rolling bootstrap pool behind the interval.
+
+Owns :func:`fit_device` and :class:`BootPool`.  The horizon's reading rows carry one column
+per *unit* (a class, or a kernel class's clamped instances: ``live_clamp``); units are ranked
+into at most 33 groups as the batch engine ranks them, each group's prior kind is
+``2 × source + clamped`` (and the boost tail its own), and every class's energy and interval
+is the sum over its units (``Σ_g ΔP_g × time[g, c]``, the batch engine's ``g_c_time``).
+The numerics (Gram NNLS, block bootstrap on sufficient statistics) are ``live_fit``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+
+from attribution.engine import regress
+from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, PRIOR_SPAN, TAIL_KIND
+from attribution.engine.live_clamp import UnitMap, class_time_by_group, unit_groups, unit_kinds
+from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram, to_groups
+from attribution.model import F64, I32
+from attribution.presets import GpuPreset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClassCi:
+    """The interval state per class: dynamic-energy bounds from the replicate pool (already
+    stretched to the lag and prior-centre refits) and P_idle's."""
+
+    lo_j: F64
+    hi_j: F64
+    p_idle_w: tuple[float, float]
+    computed: np.ndarray  # classes with enough replicates in the pool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceFit:
+    """One device's fit over the horizon, per unit, group and class."""
+
+    group: I32  # unit → group
+    n_groups: int
+    xg: F64  # (readings, groups) activity at the fitted lag (tail column excluded)
+    p_idle_w: float
+    unit_dp_w: F64  # ΔP of each unit's group
+    class_dyn_j: F64
+    g_c_time_s: F64  # (groups, classes)
+    class_group: I32  # each class's main group
+    rms_w: float
+    ci: ClassCi | None
+    held_idle_w: tuple[float, float] | None
+    tail_level_w: float = 0.0
+
+
+class BootPool:
+    """The last ``n_boot`` bootstrap replicates of one device: P_idle and ΔP per unit (units
+    newer than a replicate are NaN in it)."""
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[float, F64]] = deque()
+
+    def add(self, p_idle_w: F64, unit_dp_w: F64, n_boot: int) -> None:
+        for p, d in zip(p_idle_w.tolist(), unit_dp_w, strict=True):
+            self.items.append((p, d))
+        while len(self.items) > n_boot:
+            self.items.popleft()
+
+    def class_energy(self, time_s: F64, um: UnitMap) -> F64:
+        """(replicates, classes) dynamic energy; NaN where a replicate lacks a unit that ran."""
+        n = len(time_s)
+        pool = np.full((len(self.items), n), np.nan)
+        for i, (_, d) in enumerate(self.items):
+            pool[i, :len(d)] = d[:n]
+        fin = np.isfinite(pool)
+        e = um.to_classes(np.where(fin, pool, 0.0) * time_s)
+        missing = um.to_classes((~fin & (time_s > 0)).astype(np.float64)) > 0
+        e[missing] = np.nan
+        return e
+
+    def p_idle_ci(self) -> tuple[float, float]:
+        p = np.array([p for p, _ in self.items])
+        return float(np.percentile(p, 5.0)), float(np.percentile(p, 95.0))
+
+
+def _per_unit(dp: F64, group: I32) -> F64:
+    """ΔP of each unit's group along the last axis (0 for a unit that did not run)."""
+    out = np.take(dp, np.maximum(group, 0), axis=-1) if dp.shape[-1] else np.zeros(
+        (*dp.shape[:-1], len(group)))
+    out = np.where(group >= 0, out, 0.0)
+    return np.asarray(out, np.float64)
+
+
+def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
+    n = e.shape[1]
+    fin = np.isfinite(e)
+    seen = fin.sum(axis=0)
+    lo = np.full(n, np.nan)
+    hi = np.full(n, np.nan)
+    full = seen == len(e)
+    if bool(full.any()):
+        lo[full], hi[full] = np.percentile(e[:, full], [5.0, 95.0], axis=0)
+    for c in np.flatnonzero(~full & (seen > 0)).tolist():  # classes newer than the pool
+        lo[c], hi[c] = np.percentile(e[fin[:, c], c], [5.0, 95.0])
+    return lo, hi, seen
+
+
+def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPreset | None,
+               block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
+               tail: list[F64] | None = None) -> DeviceFit:
+    """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
+
+    ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
+    boards) the tail column at the same three lags.  Draws ``boot_per_tick`` replicates into
+    ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
+    at the ΔP prior centre × ``PRIOR_SPAN``, as the batch engine does, and with a tail to the
+    fit without it."""
+    group, n_groups = unit_groups(time_s, um)
+    g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
+    prior = preset.active_idle_w if preset is not None else None
+    xg = [to_groups(x, group, n_groups) for x in xs]
+    n_cls = len(um.labels)
+    if not (len(y) >= 1 and n_groups):
+        p_idle = float(np.mean(y)) if len(y) else 0.0
+        rms = float(np.std(y)) if len(y) else 0.0
+        return DeviceFit(group, n_groups, xg[0], p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
+                         class_group, rms, None, None)
+    xd = xg if tail is None else [np.column_stack([x, h]) for x, h in zip(xg, tail,
+                                                                           strict=True)]
+    m, v = gram(xd[0], y)
+    # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
+    kinds = unit_kinds(time_s, um, group, n_groups)
+    if tail is not None:
+        kinds = np.r_[kinds, TAIL_KIND]
+    centre = regress.pooled_by_kind_gram(m, v, kinds)
+    idle_w = regress.IDLE_PRIOR_READINGS
+    held: tuple[float, float] | None = None
+    sol = solve_gram(m, v, prior, pooled=centre)
+    if prior is not None and len(y) >= 8 and abs(sol[0] - prior) > IDLE_SANITY * prior:
+        # as the batch engine: the readings cannot place P_idle; hold it at the board's value
+        # and flag every class
+        fitted = float(sol[0])
+        idle_w = HELD_IDLE_READINGS * len(y)
+        sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
+        held = (fitted, float(sol[0]))
+    p_idle, dp = float(sol[0]), sol[1:n_groups + 1]
+    sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
+    rms = float(np.sqrt(max(sse, 0.0) / len(y)))
+    # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
+    pb, dpb = bootstrap_gram(xd[0], y, prior, n_boot=boot_per_tick, block=block, seed=seed,
+                             pooled=centre, idle_weight=idle_w)
+    pool.add(pb, _per_unit(dpb, group), n_boot)
+    e_boot = pool.class_energy(time_s, um)
+    lo, hi, seen = _percentiles(e_boot)
+    ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w) for x in xd[1:]]
+    ends += [solve_gram(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in PRIOR_SPAN]
+    if tail is not None:  # the boost model is itself uncertain: the fit without the tail
+        k = n_groups + 1  # (the batch engine also drops the slow stage: docs/attribution.md)
+        ends.append(solve_gram(m[:k, :k], v[:k], prior, pooled=centre[:n_groups],
+                               idle_weight=idle_w))
+    e_ends = np.array([e[1:n_groups + 1] @ g_c for e in ends])
+    lo = np.fmin(lo, e_ends.min(axis=0))
+    hi = np.fmax(hi, e_ends.max(axis=0))
+    ci = ClassCi(lo, hi, pool.p_idle_ci(), seen >= min(n_boot, 20))
+    tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
+    return DeviceFit(group, n_groups, xg[0], p_idle, _per_unit(dp, group),
+                     np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)
