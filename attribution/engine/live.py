@@ -41,7 +41,6 @@ from attribution.engine.build import (
     HELD_IDLE_READINGS,
     IDLE_SANITY,
     LAG_SLACK_MS,
-    PRIOR_SPAN,
     _fit_window,
 )
 from attribution.engine.clamp import CLAMP_MASK
@@ -454,12 +453,12 @@ class LiveEngine:
         return assemble(parts, win)
 
     def _refresh_ci(self, st: DeviceState, xg: list[F64], y: F64, prior: float | None,
-                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64]
-                    ) -> CiState:
+                    group: I32, *, centre: F64, idle_w: float, gram0: tuple[F64, F64],
+                    span: tuple[float, float] = regress.PRIOR_SPAN_UNKNOWN) -> CiState:
         """Draw this tick's share of bootstrap replicates into the device's pool (the last
         ``n_boot`` replicates, class-level) and read the interval off the pool, stretched to
-        the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``PRIOR_SPAN`` (as the
-        batch engine does)."""
+        the fits at lag ± LAG_SLACK_MS and at the ΔP prior centre × ``span``
+        (:func:`regress.prior_span`, as the batch engine does)."""
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms, 1e-3)))
         self._draws += 1
         pb, dpb = bootstrap_gram(xg[0], y, prior, n_boot=self.boot_per_tick, block=block,
@@ -476,7 +475,7 @@ class LiveEngine:
         ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w)
                 for x in xg[1:]]
         ends += [solve_gram(m0, v0, prior, pooled=centre * k, idle_weight=idle_w)
-                 for k in PRIOR_SPAN]
+                 for k in span]
         lag = np.array([e[1:][group] for e in ends])
         fin = np.isfinite(pool)
         seen = fin.sum(axis=0)
@@ -520,8 +519,9 @@ class LiveEngine:
             p_idle, dp = float(sol[0]), sol[1:]
             sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
             rms = float(np.sqrt(max(sse, 0.0) / len(y)))
+            span = regress.prior_span(sol[1:], centre, kinds, xg[0].sum(axis=0))
             ci = self._refresh_ci(st, xg, y, prior, group, centre=centre, idle_w=idle_w,
-                                 gram0=(m, v))
+                                 gram0=(m, v), span=span)
         elif len(y) >= 1:
             p_idle, dp, rms = float(np.mean(y)), np.zeros(n_groups), float(np.std(y))
         else:
