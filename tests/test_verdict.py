@@ -110,6 +110,9 @@ def test_refine_lag_finds_the_minimum_between_grid_points() -> None:
     assert abs(got - 0.61) < 0.05 and skew(got) < skew(0.5)
     # flat: nothing to refine
     assert refine_lag(lambda d: 1.0, 2.5, 0.25) == 2.5
+    # a lag on the search range's edge is left there, and refining never leaves the range
+    assert refine_lag(skew, -20.0, 0.25, bounds_ms=(-20.0, 60.0)) == -20.0
+    assert refine_lag(lambda d: d, -19.9, 0.25, bounds_ms=(-20.0, 60.0)) == -20.0
 
 
 def test_engine_lag_is_refined_below_the_grid() -> None:

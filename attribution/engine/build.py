@@ -28,6 +28,7 @@ from attribution.engine.lag_refine import refine_lag
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
     LAG_FINE_MS,
+    LAG_GRID_MS,
     Sensor,
     fit_lag,
     fit_lag_response,
@@ -283,7 +284,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                           rss=regress.quick_rss)
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
             lag = refine_lag(lambda d: regress.quick_rss(
-                window_fractions(busy, t_k, window_ms, d, tau), y), lag, LAG_FINE_MS)
+                window_fractions(busy, t_k, window_ms, d, tau), y), lag, LAG_FINE_MS,
+                bounds_ms=LAG_GRID_MS)
         x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
         if preset is not None and preset.consumer_boost:
             tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,

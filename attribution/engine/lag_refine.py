@@ -11,6 +11,7 @@ refines it.  The residual is the caller's (the same ridge fit the grid search sc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 MAX_WALK = 4
@@ -18,11 +19,16 @@ MAX_WALK = 4
 
 
 def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *,
-               passes: int = 2) -> float:
+               passes: int = 2, bounds_ms: tuple[float, float] = (-math.inf, math.inf)
+               ) -> float:
     """The lag near ``lag_ms`` minimising ``score`` (a residual as a function of the lag, ms):
     walk to the lowest of each point and its ±``step_ms`` neighbours (at most ``MAX_WALK``
     steps), then take the vertex of the parabola through the three, clipped to ±step/2;
-    ``passes`` times, halving the step each time."""
+    ``passes`` times, halving the step each time.  The result stays inside ``bounds_ms`` (the
+    lag search's range: a best lag on its edge is not a minimum to refine)."""
+    lo, hi = bounds_ms
+    if not lo < lag_ms < hi:
+        return lag_ms
     h = step_ms
     best = lag_ms
     r0 = score(best)
@@ -43,4 +49,4 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
             best += max(-0.5 * h, min(0.5 * h, off))
             r0 = score(best)
         h *= 0.5
-    return best
+    return min(max(best, lo), hi)
