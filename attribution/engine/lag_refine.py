@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 MAX_WALK = 4
 """Steps the search may walk when a neighbour of the starting lag scores lower."""
+RESOLUTION_DECIMALS = 3
+"""The refined lag is rounded to 10⁻³ ms."""
 
 
 def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *,
@@ -25,7 +27,8 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
     walk to the lowest of each point and its ±``step_ms`` neighbours (at most ``MAX_WALK``
     steps), then take the vertex of the parabola through the three, clipped to ±step/2;
     ``passes`` times, halving the step each time.  The result stays inside ``bounds_ms`` (the
-    lag search's range: a best lag on its edge is not a minimum to refine)."""
+    lag search's range: a best lag on its edge is not a minimum to refine) and is rounded to
+    1 µs."""
     lo, hi = bounds_ms
     if not lo < lag_ms < hi:
         return lag_ms
@@ -49,4 +52,6 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
             best += max(-0.5 * h, min(0.5 * h, off))
             r0 = score(best)
         h *= 0.5
-    return min(max(best, lo), hi)
+    # to 1 µs: finer is below any clock's meaning, and equivalent residuals that differ in
+    # the last bits (another busy-time implementation) then give the same lag
+    return round(min(max(best, lo), hi), RESOLUTION_DECIMALS)
