@@ -152,7 +152,7 @@ def print_sim(rows: list[dict[str, Any]]) -> None:
 
 def print_real(rows: list[dict[str, Any]]) -> None:
     print(f"\n{'real run':<10} {'field':<8} {'meter_J':>8} {'engine_J':>9} {'full%':>7} "
-          f"{'dyn%':>7} {'ci':>4} {'smi∫%':>7} {'naive%':>7}  sensor")
+          f"{'dyn%':>7} {'ci':>4} {'res':>4} {'smi∫%':>7} {'naive%':>7}  sensor")
     for r in rows:
         if "skipped" in r:
             print(f"{r['run']:<10} {r['field']:<8} skipped: {r['skipped']}")
@@ -160,6 +160,7 @@ def print_real(rows: list[dict[str, Any]]) -> None:
         print(f"{r['run']:<10} {r['field']:<8} {r['meter_kernel_j']:8.1f} "
               f"{r['engine_kernel_j']:9.1f} {100 * r['engine_full_err']:+7.2f} "
               f"{100 * r['engine_dyn_err']:+7.2f} {'yes' if r['ci_covers_meter'] else 'no':>4} "
+              f"{'yes' if r.get('resolvable') else 'no':>4} "
               f"{100 * r['smi_integral_err']:+7.2f} {100 * r['naive_split_full_err']:+7.2f}  "
               f"{r['sensor']}")
 

@@ -109,6 +109,7 @@ def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: s
         "engine_full_err": rel(k.energy_j, m_full),
         "engine_dyn_err": rel(k.dynamic_energy_j, m_dyn),
         "ci_covers_meter": bool(lo <= m_dyn <= hi),
+        "resolvable": bool(k.resolvable), "why": k.why,
         "smi_integral_err": rel(smi_full, m_full),
         "naive_split_full_err": rel(naive_dyn + p_idle * busy_s, m_full),
         "naive_split_dyn_err": rel(naive_dyn, m_dyn),

@@ -236,6 +236,23 @@ def test_degenerate_fit_holds_idle_and_flags_every_class_as_batch_does() -> None
         assert all(r.why.startswith("fit is degenerate") for r in snap.kernels)
 
 
+def _on_the_edge(snaps: tuple[Snapshot, ...], margin: float = 0.02) -> set[str]:
+    """Classes whose 90 % interval reaches, in any of ``snaps``, to within ``margin`` of the
+    precision rule's ±10 % (either side): two engines with slightly different intervals may
+    call these either way (e.g. −10.4 % live against −9.95 % batch)."""
+    from attribution.engine.verdict import PRECISION
+
+    out = set()
+    for snap in snaps:
+        rows = [(f"kernel:{r.name}", r) for r in snap.kernels]
+        rows += [(f"copy:{r.kind}/{r.memory}", r) for r in snap.copies]
+        for key, r in rows:
+            d, (lo, hi) = r.dynamic_energy_j, r.dynamic_energy_ci_j
+            if d > 0 and abs(max(1.0 - lo / d, hi / d - 1.0) - PRECISION) <= margin:
+                out.add(key)
+    return out
+
+
 def _dynamic_by_class(snap: Snapshot) -> dict[str, tuple[float, bool]]:
     out = {f"kernel:{r.name}": (r.dynamic_energy_j, r.resolvable) for r in snap.kernels}
     out.update({f"copy:{r.kind}/{r.memory}": (r.dynamic_energy_j, r.resolvable)
@@ -267,15 +284,17 @@ def test_clamped_instances_are_fitted_apart_as_the_batch_engine_does(gpu: str) -
     for c, (d, _) in bv.items():
         if d >= 0.05 * dyn_total:
             assert lv[c][0] == pytest.approx(d, rel=0.03), c
-    assert {c for c, (_, r) in lv.items() if r} == {c for c, (_, r) in bv.items() if r}
+    edge = _on_the_edge((live, batch))
+    assert ({c for c, (_, r) in lv.items() if r} - edge
+            == {c for c, (_, r) in bv.items() if r} - edge)
     assert any(r for _, r in lv.values())
     assert not any("clock clamp" in w for w in live.warnings)
 
 
 def test_no_class_is_flagged_during_a_clamp_unless_the_batch_engine_flags_it() -> None:
     """``ppwtop demo`` (h100) has a clamp episode 22-29 s in: in the middle of it the live
-    view resolves every class the batch engine resolves on the same horizon (it used to
-    flag them all while a clamp was in the horizon)."""
+    view resolves every class the batch engine resolves on the same horizon, bar classes at
+    the precision rule's edge (it used to flag them all while a clamp was in the horizon)."""
     from attribution.engine.clamp import CLAMP_MASK
 
     trace = simulate(scenario="demo", gpu="h100", seconds=40.0, seed=4).trace
@@ -288,7 +307,7 @@ def test_no_class_is_flagged_during_a_clamp_unless_the_batch_engine_flags_it() -
     lv, bv = _dynamic_by_class(live), _dynamic_by_class(batch)
     resolved_by_batch = {k for k, (_, r) in bv.items() if r}
     assert resolved_by_batch
-    assert {k for k, (_, r) in lv.items() if r} >= resolved_by_batch
+    assert {k for k, (_, r) in lv.items() if r} >= resolved_by_batch - _on_the_edge((live, batch))
 
 
 def test_clock_log_applies_the_batch_clamp_rule() -> None:

@@ -24,8 +24,11 @@ from attribution.engine.activity import (
     items_for_device,
 )
 from attribution.engine.clamp import clamped_items
+from attribution.engine.lag_refine import refine_lag
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
+    LAG_FINE_MS,
+    LAG_GRID_MS,
     Sensor,
     fit_lag,
     fit_lag_response,
@@ -35,6 +38,7 @@ from attribution.engine.timebase import (
     usable,
     window_fractions,
 )
+from attribution.engine.verdict import imprecise_why, precise
 from attribution.idle import IdleIntervals, device_indices, idle_intervals
 from attribution.model import F64, I32, I64, B, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
@@ -43,7 +47,6 @@ MAX_GROUPS = 32
 """Classes beyond the 32 busiest share one regressor ("rest")."""
 MIN_EXPOSURE = 3.0
 """A class needs this many reading-equivalents of busy time inside sensor windows."""
-MAX_REL_HALF_WIDTH = 0.5
 COLLINEAR = 0.95
 N_BOOT = 200
 WINDOW_FRACTIONS = (0.25, 0.5, 1.0)
@@ -62,8 +65,6 @@ IDLE_SANITY = 0.5
 identified (e.g. steps phase-locked to the sensor period): no class is resolvable."""
 HELD_IDLE_READINGS = 100.0
 """P_idle prior weight per reading when the fit is degenerate (holds P_idle at the prior)."""
-PRIOR_SPAN = (0.0, 2.0)
-"""The ΔP prior centre is refitted at these multiples; the interval covers the results."""
 BLOCK_S = 1.0
 """Bootstrap blocks span max(1 s, 3 W) of readings (readings closer are correlated)."""
 
@@ -290,6 +291,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if preset is not None and preset.consumer_boost:
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
                                           rss=regress.quick_rss)
+        if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
+            lag = refine_lag(lambda d: regress.quick_rss(
+                window_fractions(busy, t_k, window_ms, d, tau), y), lag, LAG_FINE_MS,
+                bounds_ms=LAG_GRID_MS)
         x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
         if preset is not None and preset.consumer_boost:
             tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
@@ -320,13 +325,14 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
         # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
-        # centre (0 and 2×): both are folded into the interval below
+        # centre (± its measured spread, regress.prior_span): both go into the interval below
         lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre,
                                        idle_weight=idle_w).dp_w[:n_groups]
                            for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
         prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m,
                                          idle_weight=idle_w).dp_w[:n_groups]
-                             for m in PRIOR_SPAN])
+                             for m in regress.prior_span(f.dp_w, centre, kinds,
+                                                          xf.sum(axis=0))])
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
             plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups],
@@ -362,7 +368,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     boot_dyn = dp_boot @ g_c_time if n_cls else np.zeros((1, 0))
     ci = np.percentile(boot_dyn, [5.0, 95.0], axis=0).T if n_cls else np.zeros((0, 2))
     ci = _with_gain(ci, class_dyn, preset.gain_sigma if preset is not None else GAIN_SIGMA)
-    if n_cls:  # lag known to ±LAG_SLACK_MS; prior centre unknown: cover both ends of each
+    if n_cls:  # lag known to ±LAG_SLACK_MS, prior centre to its spread: cover both ends
         ends = np.vstack([lag_dp, prior_dp]) @ g_c_time
         ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
                               np.maximum(ci[:, 1], ends.max(axis=0))])
@@ -373,12 +379,12 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             cluster_of[g] = ci_idx
     class_exposure = (exposure @ (g_c_time > 0)) if n_cls else np.zeros(0)
     degenerate = degenerate_w is not None
+    known = precise(class_dyn, ci)
     resolvable, cluster, why = [], [], []
     for c in range(n_cls):
         gs = np.flatnonzero(g_c_time[:, c] > 0)
         g = int(group[c])
         in_cluster = [int(h) for h in gs if int(h) in cluster_of]
-        half = (ci[c, 1] - ci[c, 0]) / 2.0
         if not has_power:
             r, w, cl = False, "no power readings", None
         elif window_ms >= LONG_WINDOW_MS:
@@ -403,8 +409,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
         elif class_dyn[c] <= 0:
             r, w, cl = False, "estimate sits at the zero bound", None
-        elif half > MAX_REL_HALF_WIDTH * class_dyn[c]:
-            r, w, cl = False, "90% interval wider than ±50%", None
+        elif not known[c]:
+            r, w, cl = False, imprecise_why(class_dyn[c], ci[c, 0], ci[c, 1]), None
         else:
             r, w, cl = True, "", None
         resolvable.append(r)

@@ -26,11 +26,11 @@ from attribution.engine.build import (
     GAIN_SIGMA,
     LONG_WINDOW_MS,
     MAX_GROUPS,
-    MAX_REL_HALF_WIDTH,
     MIN_EXPOSURE,
     _clusters,
     _with_gain,
 )
+from attribution.engine.verdict import imprecise_why, precise
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
@@ -145,13 +145,13 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64, g_c_t
     cluster_of = {gi: i for i, comp in enumerate(comps) for gi in comp}
     in_class = g_c_time_s > 0
     class_exposure = exposure @ in_class if n_cls else np.zeros(0)
+    known = precise(dyn_j, ci)
     res: list[bool] = []
     clu: list[str | None] = []
     why: list[str] = []
     for c in range(n_cls):
         g = int(group[c])
         in_cluster = [int(h) for h in np.flatnonzero(in_class[:, c]) if int(h) in cluster_of]
-        half = (ci[c, 1] - ci[c, 0]) / 2.0
         r, w, cl = False, "", None
         if not has_power:
             w = "no power readings"
@@ -178,8 +178,8 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64, g_c_t
             w = "estimate sits at the zero bound"
         elif not bool(computed[c]):
             w = "new class: interval not computed yet"
-        elif half > MAX_REL_HALF_WIDTH * dyn_j[c]:
-            w = "90% interval wider than ±50%"
+        elif not known[c]:
+            w = imprecise_why(float(dyn_j[c]), float(ci[c, 0]), float(ci[c, 1]))
         else:
             r = True
         res.append(r)

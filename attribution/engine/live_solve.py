@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 
 from attribution.engine import regress
-from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, PRIOR_SPAN, TAIL_KIND
+from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, TAIL_KIND
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, unit_groups, unit_kinds
 from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram, to_groups
 from attribution.model import F64, I32
@@ -83,11 +83,11 @@ class BootPool:
         return float(np.percentile(p, 5.0)), float(np.percentile(p, 95.0))
 
 
-def _per_unit(dp: F64, group: I32) -> F64:
-    """ΔP of each unit's group along the last axis (0 for a unit that did not run)."""
+def _per_unit(dp: F64, group: I32, absent: float = 0.0) -> F64:
+    """ΔP of each unit's group along the last axis (``absent`` for a unit that did not run)."""
     out = np.take(dp, np.maximum(group, 0), axis=-1) if dp.shape[-1] else np.zeros(
         (*dp.shape[:-1], len(group)))
-    out = np.where(group >= 0, out, 0.0)
+    out = np.where(group >= 0, out, absent)
     return np.asarray(out, np.float64)
 
 
@@ -113,8 +113,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
     boards) the tail column at the same three lags.  Draws ``boot_per_tick`` replicates into
     ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
-    at the ΔP prior centre × ``PRIOR_SPAN``, as the batch engine does, and with a tail to the
-    fit without it."""
+    at the ΔP prior centre × ``regress.prior_span`` (its measured spread), as the batch
+    engine does, and with a tail to the fit without it."""
     group, n_groups = unit_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -149,11 +149,14 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
     pb, dpb = bootstrap_gram(xd[0], y, prior, n_boot=boot_per_tick, block=block, seed=seed,
                              pooled=centre, idle_weight=idle_w)
-    pool.add(pb, _per_unit(dpb, group), n_boot)
+    # a unit that did not run in this horizon has no ΔP here: NaN, so a later horizon in which
+    # it runs reads its interval from the replicates that saw it (as for units newer than these)
+    pool.add(pb, _per_unit(dpb, group, np.nan), n_boot)
     e_boot = pool.class_energy(time_s, um)
     lo, hi, seen = _percentiles(e_boot)
     ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w) for x in xd[1:]]
-    ends += [solve_gram(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in PRIOR_SPAN]
+    span = regress.prior_span(sol[1:], centre, kinds, xd[0].sum(axis=0))
+    ends += [solve_gram(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail
         k = n_groups + 1  # (the batch engine also drops the slow stage: docs/attribution.md)
         ends.append(solve_gram(m[:k, :k], v[:k], prior, pooled=centre[:n_groups],

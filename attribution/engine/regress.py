@@ -10,7 +10,9 @@ or copies, so a low-power copy is not dragged toward the kernels' power) -- with
 active-idle power (when known) with the weight of ``IDLE_PRIOR_READINGS`` idle readings
 (:func:`prior_system` builds these rows; the live engine adds them to its Gram matrix).  Also
 owns the moving-block bootstrap over readings and the Gram-statistics forms of the prior
-centres (:func:`pooled_fit_gram`, :func:`pooled_by_kind_gram`).
+centres (:func:`pooled_fit_gram`, :func:`pooled_by_kind_gram`), and the measured uncertainty of
+those centres (:func:`prior_span`), which the batch and the live engine fold into their
+intervals.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ PRIOR_READINGS = 0.02
 """Weight of the ΔP prior, in readings fully occupied by the class (Σ x² units)."""
 IDLE_PRIOR_READINGS = 0.5
 """Weight of the P_idle prior, in idle readings."""
+PRIOR_SPAN_UNKNOWN = (0.0, 2.0)
+"""Prior-centre multiples refitted when the spread of ΔP within kinds cannot be measured (no
+kind has two well-exposed groups): an uncertainty as large as the centre itself."""
+SPREAD_MIN_EXPOSURE = 3.0
+"""Groups with less exposure (reading-equivalents) do not enter the measured spread: their
+fitted ΔP is the prior's as much as the data's."""
+Z90 = 1.645
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,6 +120,26 @@ def pooled_by_kind_gram(m: F64, v: F64, kind: I64) -> F64:
             continue
         out[mine] = _kind_slope(ata, t.T @ v)
     return out
+
+
+def prior_span(dp_w: F64, centre_w: F64, kind: I64, exposure: F64) -> tuple[float, float]:
+    """Multiples ``(1 − k, 1 + k)`` of the ΔP prior centre at which the fit is redone to put
+    the prior's pull into the interval, with ``k = Z90 · τ`` (at most 1): ``τ`` is the measured
+    relative spread of the fitted ΔP around their kind's centre, ``√mean(((ΔP_g − c_g)/c_g)²)``
+    over the groups with ``exposure ≥ SPREAD_MIN_EXPOSURE`` of every kind that has at least two
+    such groups (a kind of one group is centred on that group's own fit: no spread to see).
+    The prior says "a class draws about what its kind draws"; how far off that is, is read
+    from the classes the data does determine.  None measurable: ``PRIOR_SPAN_UNKNOWN``."""
+    dp_w = np.asarray(dp_w, np.float64)[:len(kind)]
+    centre_w = np.asarray(centre_w, np.float64)[:len(kind)]
+    ok = (np.asarray(exposure)[:len(kind)] >= SPREAD_MIN_EXPOSURE) & (centre_w > 0)
+    kinds, counts = np.unique(kind[ok], return_counts=True)
+    use = ok & np.isin(kind, kinds[counts >= 2])
+    if not bool(use.any()):
+        return PRIOR_SPAN_UNKNOWN
+    rel = (dp_w[use] - centre_w[use]) / centre_w[use]
+    k = min(Z90 * float(np.sqrt(np.mean(rel * rel))), 1.0)
+    return 1.0 - k, 1.0 + k
 
 
 def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
