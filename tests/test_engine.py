@@ -179,6 +179,32 @@ def test_no_power_gives_times_and_a_warning() -> None:
     assert snap.gpus[0].sensor.field == "none"
 
 
+def test_declared_gpus_without_activity_get_one_line_not_one_each() -> None:
+    """A trace that lists eight GPUs (Kineto's deviceProperties): with activity on GPU 0 only,
+    the snapshot covers GPU 0 (its own "times only" warning, no power here); with no GPU
+    activity and no power at all, the eight declared GPUs get one line between them, not one
+    "no power readings" warning each."""
+    import dataclasses
+
+    tr = hand_trace(seconds=2.0, power=False)
+    gpu0 = tr.devices[0]
+    tr.devices = [gpu0] + [dataclasses.replace(gpu0, index=i) for i in range(1, 8)]
+    snap = attribute(tr, n_boot=5)
+    assert [g.index for g in snap.gpus] == [0]
+    assert [w for w in snap.warnings if "no power readings" in w] == [
+        "GPU 0: no power readings; energies are 0 (times only)"]
+    assert not any("device list" in w for w in snap.warnings)
+    tr.kernels, tr.copies = KernelBatch.empty(), CopyBatch.empty()
+    snap = attribute(tr, n_boot=5)
+    assert len(snap.gpus) == 8
+    assert not any("no power readings" in w or "usable power" in w for w in snap.warnings)
+    listed = [w for w in snap.warnings if "device list" in w]
+    assert len(listed) == 1 and listed[0].startswith("GPUs 0-7:")
+    tr.devices = [dataclasses.replace(gpu0, index=i) for i in (2, 5)]
+    snap = attribute(tr, n_boot=5)
+    assert next(w for w in snap.warnings if "device list" in w).startswith("GPUs 2, 5:")
+
+
 def test_trace_without_kernels_is_valid_with_warning() -> None:
     tr = hand_trace(seconds=2.0)
     tr.kernels = KernelBatch.empty()

@@ -69,6 +69,15 @@ BLOCK_S = 1.0
 """Bootstrap blocks span max(1 s, 3 W) of readings (readings closer are correlated)."""
 
 
+def _gpu_list(devices: list[int]) -> str:
+    """``GPU 3`` or ``GPUs 1-7`` or ``GPUs 0, 2, 5``."""
+    if len(devices) == 1:
+        return f"GPU {devices[0]}"
+    if devices == list(range(devices[0], devices[-1] + 1)):
+        return f"GPUs {devices[0]}-{devices[-1]}"
+    return "GPUs " + ", ".join(str(d) for d in devices)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DeviceResult:
     """Everything the engine decided for one GPU."""
@@ -277,7 +286,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     tail_j = 0.0
     degenerate_w: float | None = None
     if rd.field is None:
-        warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
+        if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
+            warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
@@ -460,6 +470,10 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     devs = device_indices(trace)
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
+    empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
+    if empty:
+        warnings.append(f"{_gpu_list(empty)}: in the trace's device list, but no kernel, copy "
+                        "or power reading; nothing to attribute there")
     idle = idle_intervals(trace, win[0], win[1], devs)
     idle_e = _idle_power_w(results, idle.device) * idle.duration_ns.astype(np.float64) * 1e-9
     out: dict[int, tuple[F64, F64]] = {}
