@@ -399,7 +399,7 @@ class LiveEngine:
                                 - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
-        parts = []
+        parts: list[DevicePart] = []
         for d in sorted(self.dev):
             st = self.dev[d]
             n = len(st.classes)
@@ -418,11 +418,11 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            parts.append(self._device_part(st, sums, xs, y, hs))
+            parts.append(self._device_part(st, sums, xs, y, hs, first=not parts))
         return assemble(parts, win)
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
-                     hs: list[F64] | None = None) -> DevicePart:
+                     hs: list[F64] | None = None, *, first: bool = True) -> DevicePart:
         um = st.units.of(st.classes)
         block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
         if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
@@ -448,6 +448,7 @@ class LiveEngine:
             step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
             step_busy_s=_pad(steps[2], len(st.classes)),
             step_items=steps[3], step_source=st.steps.source,
+            step_times=st.steps.times() if first else None,
             held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
                           if hs is not None else None))
