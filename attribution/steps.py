@@ -19,10 +19,12 @@ items when the steps carry them, else steps): energy spent on late steps is wast
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from attribution.model import F64, I64, MarkerKind, Trace
 from attribution.snapshot import Quantiles, Steps
@@ -100,21 +102,56 @@ def summarize(dur_s: F64, energy_j: F64, items: F64, *, sla_ms: float | None,
               source: str) -> Steps:
     """The snapshot's ``steps`` from per-step durations, energies and items (NaN = none given);
     shared by the batch and the live engine."""
+    return with_energy(step_times(dur_s, items, sla_ms=sla_ms, source=source), energy_j)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepTimes:
+    """The part of :func:`summarize` that depends on the steps' spans and items only, not on
+    the energy model: the live engine keeps it while its step ring is unchanged."""
+
+    lat_ms: F64
+    latency_ms: Quantiles
+    has: npt.NDArray[np.bool_]  # the steps that carry an item count
+    any_items: bool
+    items_sum: np.float64  # Σ items over those steps
+    ok: npt.NDArray[np.bool_] | None  # latency within the SLA (None: no SLA)
+    units_ok_sum: np.float64  # Σ units of the steps within the SLA
+    step_latency_ms: tuple[float, ...]
+    step_items: tuple[float, ...]
+    sla_ms: float | None
+    source: str
+
+
+def step_times(dur_s: F64, items: F64, *, sla_ms: float | None, source: str) -> StepTimes:
+    """The energy-independent part of the step statistics (see :func:`with_energy`)."""
     lat_ms = dur_s * 1e3
     has = np.isfinite(items)
+    any_items = bool(has.any())
+    units = np.where(has, items, 0.0) if any_items else np.ones(len(dur_s))
+    ok = lat_ms <= sla_ms if sla_ms is not None else None
+    return StepTimes(
+        lat_ms=lat_ms, latency_ms=_q(lat_ms), has=has, any_items=any_items,
+        items_sum=np.float64(items[has].sum()), ok=ok,
+        units_ok_sum=np.float64(units[ok].sum()) if ok is not None else np.float64(0.0),
+        step_latency_ms=tuple(lat_ms.tolist()),
+        step_items=tuple(np.where(has, items, 0.0).tolist()) if any_items else (),
+        sla_ms=sla_ms, source=source)
+
+
+def with_energy(t: StepTimes, energy_j: F64) -> Steps:
+    """The snapshot's ``steps`` from :func:`step_times` and the per-step energies."""
     items_per_j = None
-    if bool(has.any()) and float(energy_j[has].sum()) > 0:
-        items_per_j = float(items[has].sum() / energy_j[has].sum())
-    units = np.where(has, items, 0.0) if bool(has.any()) else np.ones(len(dur_s))
+    if t.any_items and float(energy_j[t.has].sum()) > 0:
+        items_per_j = float(t.items_sum / energy_j[t.has].sum())
     compliance = under = None
-    if sla_ms is not None:
-        ok = lat_ms <= sla_ms
-        compliance = float(np.mean(ok))
+    if t.ok is not None:
+        compliance = float(np.mean(t.ok))
         tot = float(energy_j.sum())
-        under = float(units[ok].sum() / tot) if tot > 0 else None
+        under = float(t.units_ok_sum / tot) if tot > 0 else None
     return Steps(
-        count=len(dur_s), energy_j=_q(energy_j), latency_ms=_q(lat_ms), items_per_j=items_per_j,
-        sla_ms=sla_ms, sla_compliance=compliance, items_per_j_under_sla=under,
-        step_energy_j=tuple(energy_j.tolist()), step_latency_ms=tuple(lat_ms.tolist()),
-        step_items=tuple(np.where(has, items, 0.0).tolist()) if bool(has.any()) else (),
-        work_unit="items" if bool(has.any()) else "steps", source=source)
+        count=len(t.lat_ms), energy_j=_q(energy_j), latency_ms=t.latency_ms,
+        items_per_j=items_per_j, sla_ms=t.sla_ms, sla_compliance=compliance,
+        items_per_j_under_sla=under, step_energy_j=tuple(energy_j.tolist()),
+        step_latency_ms=t.step_latency_ms, step_items=t.step_items,
+        work_unit="items" if t.any_items else "steps", source=t.source)

@@ -22,7 +22,7 @@ from attribution.engine.timebase import (
     TAU_GRID_MS,
     TAU_POINTS,
     ActivityFn,
-    window_fractions,
+    iter_window_fractions,
 )
 from attribution.model import F64, I64
 
@@ -41,21 +41,24 @@ class LagSearch:
         self.evaluations = 0
         self.result: tuple[float, float] | None = None if len(t_ns) >= 4 else (1.5, 0.0)
 
-    def _score(self, lag: float, tau: float) -> float:
-        self.evaluations += 1
-        return regress.quick_rss(window_fractions(self._busy, self._t, self._w, lag, tau),
-                                 self._y)
-
     def step(self, units: float = math.inf) -> tuple[float, float] | None:
         """Evaluate grid points worth up to ``units`` (a τ = 0 point costs 1, a τ > 0 point
         ``TAU_POINTS``, as many activity matrices; at least one point per call; a count, not
-        a time, so the result never depends on machine load); (lag, τ) once done."""
+        a time, so the result never depends on machine load); (lag, τ) once done.  The points
+        a call affords within a grid stage are evaluated in one
+        :func:`timebase.iter_window_fractions` call (bit-identical to one call each, cheaper:
+        one busy-function query for all their window edges)."""
         left = units
         while self.result is None and left > 0:
             if len(self._done) < len(self._todo):
-                lag, tau = self._todo[len(self._done)]
-                self._done.append(self._score(lag, tau))
-                left -= TAU_POINTS if tau > 0 else 1
+                first = j = len(self._done)
+                while j < len(self._todo) and left > 0:
+                    left -= TAU_POINTS if self._todo[j][1] > 0 else 1
+                    j += 1
+                specs = self._todo[first:j]
+                self.evaluations += len(specs)
+                self._done += [regress.quick_rss(x, self._y) for x in iter_window_fractions(
+                    self._busy, self._t, self._w, specs)]
             else:
                 self._advance()
         if self.result is None and len(self._done) == len(self._todo) and self._stage == 2:

@@ -41,6 +41,8 @@ LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
 ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
 _GPU = ("kernels", "copies", "memsets")
+GPU_ITEMS = _GPU
+"""The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
 def _first_start_ns(tr: Trace) -> int:
@@ -88,10 +90,13 @@ class ChunkBuffer:
         """Every marker the buffer holds (steps may be longer than a reduction's context)."""
         return Trace(strings=self._strings, markers=self._marks)
 
-    def recent(self, since_ns: int, start_before_ns: int | None = None) -> Trace:
+    def recent(self, since_ns: int, start_before_ns: int | None = None, *,
+               kinds: tuple[str, ...] = ITEMS) -> Trace:
         """The chunks whose records may end at or after ``since_ns``, as one trace; with
         ``start_before_ns``, less the chunks whose GPU items all start at or after it and that
-        hold no API call or marker starting before it (they cannot touch time before it)."""
+        hold no API call or marker starting before it (they cannot touch time before it).
+        ``kinds``: the record batches gathered (``GPU_ITEMS``: what ``items_for_device``
+        reads; the others are left empty, not concatenated)."""
         parts = []
         for end, first, tr in self._chunks:
             if end < since_ns:
@@ -102,7 +107,7 @@ class ChunkBuffer:
                 continue
             parts.append(tr)
         out = Trace(strings=parts[-1].strings) if parts else Trace()
-        for f in ITEMS:
+        for f in kinds:
             setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
         return out
 

@@ -14,8 +14,10 @@ from collections import deque
 
 import numpy as np
 
+from attribution.engine.live_steps import StepIndex
 from attribution.model import F64, I64
 from attribution.snapshot import IDLE_CAUSES
+from attribution.steps import StepTimes
 
 N_CAUSES = len(IDLE_CAUSES)
 
@@ -176,6 +178,7 @@ class StepRing:
     def __init__(self) -> None:
         self._ring = RowRing()
         self._items = RowRing()
+        self.index = StepIndex()  # sorted latencies and the per-step lists, in step with it
         self.source = "ProfilerStep"
 
     def __len__(self) -> int:
@@ -185,11 +188,20 @@ class StepRing:
         none = np.zeros((len(start_ns), 0))
         self._ring.append(start_ns, dur_s, (busy_s, none, none))
         self._items.append(start_ns, items, (none, none, none))
+        self.index.append(dur_s, items)
 
     def expire(self, before_ns: int) -> None:
         """Drop the steps that started before ``before_ns``."""
+        n = len(self._ring)
         self._ring.expire(before_ns)
         self._items.expire(before_ns)
+        self.index.expire(n - len(self._ring))
+
+    def times(self) -> StepTimes:
+        """The energy-independent step statistics of every step in the ring
+        (:func:`attribution.steps.step_times`, from the incremental index)."""
+        _, d, _, _, _ = self._ring.view()
+        return self.index.times(d, self._items.view()[1], self.source)
 
     def view(self) -> tuple[I64, F64, F64, F64]:
         t, d, x, _, _ = self._ring.view()

@@ -36,7 +36,7 @@ from attribution.snapshot import (
     Window,
     rows_by_energy,
 )
-from attribution.steps import summarize
+from attribution.steps import StepTimes, step_times, with_energy
 
 ENGINE = "regress/1+live"
 _precision = functools.lru_cache(maxsize=4096)(precision_of)
@@ -86,6 +86,9 @@ class DevicePart:
     boost_tail_j: float | None = None
     """Energy of the fitted consumer boost tail over the horizon (None: not modelled)."""
     slow_response: tuple[float, float] = (0.0, 0.0)
+    step_times: StepTimes | None = None
+    """The energy-independent statistics of all the steps above, kept incrementally by the
+    step ring (None: computed here)."""
 
 
 def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
@@ -150,7 +153,8 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     if not bool(mask.any()):
         return None
     # the usual case, every step inside: no copy of the (steps × classes) busy matrix
-    keep: npt.NDArray[np.bool_] | slice = slice(None) if bool(mask.all()) else mask
+    every = bool(mask.all())
+    keep: npt.NDArray[np.bool_] | slice = slice(None) if every else mask
     dur_s = parts[0].step_dur_s[keep]
     energy = np.zeros(len(dur_s))
     for p in parts:
@@ -158,8 +162,11 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
             continue
         busy = p.step_busy_s[keep]
         energy += p.p_idle_w * dur_s + busy @ p.unit_dp_w[:busy.shape[1]]
-    return summarize(dur_s, energy, parts[0].step_items[keep], sla_ms=None,
-                     source=parts[0].step_source)
+    times = parts[0].step_times
+    if times is None or not every:
+        times = step_times(dur_s, parts[0].step_items[keep], sla_ms=None,
+                           source=parts[0].step_source)
+    return with_energy(times, energy)
 
 
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:

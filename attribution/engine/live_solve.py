@@ -79,8 +79,8 @@ class BootPool:
         return e
 
     def p_idle_ci(self) -> tuple[float, float]:
-        p = np.array([p for p, _ in self.items])
-        return float(np.percentile(p, 5.0)), float(np.percentile(p, 95.0))
+        lo, hi = np.percentile(np.array([p for p, _ in self.items]), [5.0, 95.0])
+        return float(lo), float(hi)
 
 
 def _per_unit(dp: F64, group: I32, absent: float = 0.0) -> F64:
