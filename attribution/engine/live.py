@@ -12,11 +12,14 @@ it is reduced ONCE to
   fractions over its window at the current lag (and at lag ± 0.5 ms for the lag term of the
   interval), and the reading itself.
 
-Slabs and rows sit in rings over the horizon (``live_ring``); ``snapshot()`` drops the
-expired ones, reads the running slab sums, re-solves the (readings × groups) bounded regression
-from its Gram matrix (the same solution as :func:`regress.fit`), draws ``boot_per_tick``
-block-bootstrap replicates into a rolling pool of ``n_boot`` (``live_fit``), and assembles the
-contract snapshot (``live_snapshot``).  The lag and the board response (and W for an unknown
+A kernel class's clamped instances are a unit of their own (``live_clamp``); on consumer
+boards the rows also carry the slow response stage and the boost tail (``live_boost``); what a
+reduction reads and makes of it is ``live_reduce``.  Slabs, rows and steps sit in rings over
+the horizon (``live_ring``, step statistics kept incrementally by ``live_steps``);
+``snapshot()`` drops the expired ones, reads the running slab sums, re-solves the (readings ×
+groups) bounded regression from its Gram matrix (the same solution as :func:`regress.fit`),
+draws ``boot_per_tick`` block-bootstrap replicates into a rolling pool of ``n_boot``
+(``live_solve``, ``live_fit``), and assembles the contract snapshot (``live_snapshot``).  The lag and the board response (and W for an unknown
 board) are fitted once ``min_fit_s`` of data is in, then refitted at doubling intervals up to
 every ``refit_every_s`` on the last ``fit_span_s`` only, a few grid points per tick
 (``live_lag``); rows the record buffer still covers are re-reduced at the new lag, older ones
