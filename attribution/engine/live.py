@@ -19,12 +19,13 @@ the horizon (``live_ring``, step statistics kept incrementally by ``live_steps``
 ``snapshot()`` drops the expired ones, reads the running slab sums, re-solves the (readings ×
 groups) bounded regression from its Gram matrix (the same solution as :func:`regress.fit`),
 draws ``boot_per_tick`` block-bootstrap replicates into a rolling pool of ``n_boot``
-(``live_solve``, ``live_fit``), and assembles the contract snapshot (``live_snapshot``).  The lag and the board response (and W for an unknown
-board) are fitted once ``min_fit_s`` of data is in, then refitted at doubling intervals up to
-every ``refit_every_s`` on the last ``fit_span_s`` only, a few grid points per tick
-(``live_lag``); rows the record buffer still covers are re-reduced at the new lag, older ones
-keep the lag they were reduced with.  Approximations versus the batch engine on the same horizon
-are listed in docs/attribution.md ("Live engine").
+(``live_solve``, ``live_fit``), and assembles the contract snapshot (``live_snapshot``). The
+lag and the board response (and W for an unknown board) are fitted once ``min_fit_s`` of
+data is in, then refitted at doubling intervals up to every ``refit_every_s`` on the last
+``fit_span_s`` only, a few grid points per tick (``live_lag``); rows the record buffer still
+covers are re-reduced at the new lag, older ones keep the lag they were reduced with.
+Approximations versus the batch engine on the same horizon are listed in docs/attribution.md
+("Live engine").
 """
 
 from __future__ import annotations
