@@ -1,10 +1,14 @@
-"""Shared fixtures: paths to the copied real data and a fresh temp dir per test."""
+"""Shared fixtures: the path to the copied real data; two traces merged as two GPUs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from attribution.model import Trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -12,3 +16,18 @@ DATA = Path(__file__).parent / "data"
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def _on_two_gpus(a: Trace, b: Trace) -> Trace:
+    """``a`` as GPU 0 and ``b`` as GPU 1 in one trace (``b``'s records and readings moved to
+    device 1; ``b`` is changed in place)."""
+    for batch in ("kernels", "copies", "memsets", "power", "energy"):
+        cols = getattr(b, batch).columns()
+        cols["device"] = np.full(len(cols["device"]), 1, cols["device"].dtype)
+        setattr(b, batch, type(getattr(b, batch))(**cols))
+    return a.merged_with(b)
+
+
+@pytest.fixture
+def on_two_gpus() -> Callable[[Trace, Trace], Trace]:
+    return _on_two_gpus

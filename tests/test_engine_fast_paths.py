@@ -10,6 +10,8 @@ floating-point arithmetic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -58,18 +60,12 @@ def ref_union(start_ns: I64, end_ns: I64) -> tuple[I64, I64]:
 
 
 def ref_covered(seg_start: I64, seg_end: I64, a_ns: I64, b_ns: I64) -> I64:
-    if len(seg_start) == 0:
-        return np.zeros(len(a_ns), np.int64)
-    lengths = seg_end - seg_start
-    cum = np.r_[np.int64(0), np.cumsum(lengths)]
-
-    def upto(t: I64) -> I64:
-        j = np.searchsorted(seg_start, t, side="right") - 1
-        jj = np.clip(j, 0, None)
-        inside = np.clip(t - seg_start[jj], 0, lengths[jj])
-        return np.where(j < 0, 0, cum[jj] + inside)
-
-    return upto(b_ns) - upto(a_ns)
+    """Brute force, independent of ``idle``'s prefix sums: each segment's overlap with every
+    span ``[a, b]``, summed."""
+    out = np.zeros(len(a_ns), np.int64)
+    for s0, e0 in zip(seg_start.tolist(), seg_end.tolist(), strict=True):
+        out += np.clip(np.minimum(b_ns, e0) - np.maximum(a_ns, s0), 0, None)
+    return out
 
 
 def ref_issue_end(trace: Trace, correlation: I64) -> tuple[I64, np.ndarray]:
@@ -346,7 +342,8 @@ def test_storm_spans_by_counting_equal_by_search(seed: int) -> None:
     assert got.any() and not got.all()
 
 
-def test_snapshot_rows_and_record_energies_on_two_gpus() -> None:
+def test_snapshot_rows_and_record_energies_on_two_gpus(
+        on_two_gpus: Callable[[Trace, Trace], Trace]) -> None:
     """Idle rows by (GPU, cause) and per-record energies scattered back to the trace's rows:
     the slice-based forms equal the plain masks on a two-GPU trace with shuffled rows."""
     from attribution.engine import attribute_arrays, build_snapshot
@@ -355,11 +352,7 @@ def test_snapshot_rows_and_record_energies_on_two_gpus() -> None:
 
     a = simulate(scenario="demo", gpu="h100", seconds=5.0, seed=1).trace
     b = simulate(scenario="varied_mix", gpu="a100", seconds=5.0, seed=2).trace
-    for batch in ("kernels", "copies", "memsets", "power", "energy"):
-        cols = getattr(b, batch).columns()
-        cols["device"] = np.full(len(cols["device"]), 1, cols["device"].dtype)
-        setattr(b, batch, type(getattr(b, batch))(**cols))
-    tr = a.merged_with(b)
+    tr = on_two_gpus(a, b)
     p = np.random.default_rng(0).permutation(len(tr.kernels))
     tr.kernels = type(tr.kernels)(**{k: v[p] for k, v in tr.kernels.columns().items()})
     arr = attribute_arrays(tr, n_boot=10)

@@ -9,12 +9,14 @@ reference busy function must give the same per-class energies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
 from attribution.engine import attribute, attribute_arrays, build
 from attribution.engine.activity import BusyFunction
-from attribution.model import F64, I32, I64
+from attribution.model import F64, I32, I64, Trace
 from attribution.sim import simulate
 
 
@@ -95,14 +97,11 @@ def test_engine_results_unchanged_by_the_fast_busy_function(
     assert fast.totals.idle_energy_j == pytest.approx(ref.totals.idle_energy_j, rel=1e-6)
 
 
-def test_idle_energy_per_gap_is_its_device_idle_power() -> None:
+def test_idle_energy_per_gap_is_its_device_idle_power(
+        on_two_gpus: Callable[[Trace, Trace], Trace]) -> None:
     a = simulate(scenario="demo", gpu="h100", seconds=6.0, seed=1).trace
     b = simulate(scenario="demo", gpu="a100", seconds=6.0, seed=2).trace
-    for batch in ("kernels", "copies", "memsets", "power", "energy"):
-        cols = getattr(b, batch).columns()
-        cols["device"] = np.full(len(cols["device"]), 1, cols["device"].dtype)
-        setattr(b, batch, type(getattr(b, batch))(**cols))
-    tr = a.merged_with(b)
+    tr = on_two_gpus(a, b)
     arr = attribute_arrays(tr, n_boot=10)
     p_idle = {r.device: r.p_idle_w for r in arr.devices}
     assert len(p_idle) == 2 and p_idle[0] != p_idle[1]

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from attribution.engine import attribute, regress
+from attribution.engine.activity import BusyFunction, items_for_device
 from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram
-from attribution.model import Trace
+from attribution.model import F64, I64, Trace
 from attribution.sim import simulate
 from attribution.snapshot import Snapshot
 
@@ -186,22 +187,30 @@ def test_trace_feed_ticks_use_the_live_engine() -> None:
     assert last.kernels and last.totals.energy_j > 0
 
 
-@pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "a100"), ("lag_10", "h100")])
-def test_interruptible_lag_search_is_fit_lag_response(scenario: str, gpu: str) -> None:
-    from attribution.engine.activity import BusyFunction, items_for_device
+def _search_inputs(trace: Trace, window_ms: float) -> tuple[BusyFunction, I64, F64]:
+    """GPU 0's busy function by class over the trace's window and its usable readings: the
+    inputs of the batch lag and slow-response searches, to compare the live ones with."""
     from attribution.engine.build import trace_window
-    from attribution.engine.live_lag import LagSearch
-    from attribution.engine.timebase import fit_lag_response, readings_for, usable
+    from attribution.engine.timebase import readings_for, usable
 
-    trace = simulate(scenario=scenario, gpu=gpu, seconds=15.0, seed=5).trace
     win = trace_window(trace)
     assert win is not None
     it = items_for_device(trace, 0)
     busy = BusyFunction(it.start_ns, it.end_ns, it.cls, len(it.labels), origin_ns=win[0])
     rd = readings_for(trace, 0)
-    idx = usable(rd.t_ns, 25.0, win[0], win[1])
-    want = fit_lag_response(busy, rd.t_ns[idx], rd.power_w[idx], 25.0, regress.quick_rss)
-    search = LagSearch(busy, rd.t_ns[idx], rd.power_w[idx], 25.0)
+    idx = usable(rd.t_ns, window_ms, win[0], win[1])
+    return busy, rd.t_ns[idx], rd.power_w[idx]
+
+
+@pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "a100"), ("lag_10", "h100")])
+def test_interruptible_lag_search_is_fit_lag_response(scenario: str, gpu: str) -> None:
+    from attribution.engine.live_lag import LagSearch
+    from attribution.engine.timebase import fit_lag_response
+
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=15.0, seed=5).trace
+    busy, t, y = _search_inputs(trace, 25.0)
+    want = fit_lag_response(busy, t, y, 25.0, regress.quick_rss)
+    search = LagSearch(busy, t, y, 25.0)
     steps = 0
     while search.step(1) is None:  # one grid point per call
         steps += 1
@@ -364,19 +373,11 @@ def test_consumer_boards_fit_the_slow_stage_and_tail_as_the_batch_engine_does(
 
 
 def test_interruptible_slow_search_is_fit_slow_response() -> None:
-    from attribution.engine.activity import BusyFunction, items_for_device
-    from attribution.engine.build import trace_window
     from attribution.engine.live_boost import SlowSearch
-    from attribution.engine.timebase import fit_slow_response, readings_for, usable
+    from attribution.engine.timebase import fit_slow_response
 
     trace = simulate(scenario="varied_mix", gpu="rtx3090", seconds=12.0, seed=5).trace
-    win = trace_window(trace)
-    assert win is not None
-    it = items_for_device(trace, 0)
-    busy = BusyFunction(it.start_ns, it.end_ns, it.cls, len(it.labels), origin_ns=win[0])
-    rd = readings_for(trace, 0)
-    idx = usable(rd.t_ns, 100.0, win[0], win[1])
-    t, y = rd.t_ns[idx], rd.power_w[idx]
+    busy, t, y = _search_inputs(trace, 100.0)
     want = fit_slow_response(busy, t, y, 100.0, lag_ms=1.5, tau_ms=0.8, rss=regress.quick_rss)
     assert want[1] != (0.0, 0.0)
     search = SlowSearch(busy, t, y, 100.0, lag_ms=1.5, tau_ms=0.8)
