@@ -347,3 +347,23 @@ def test_unknown_board_gets_period_measured_and_window_fitted() -> None:
     truth = _true_dynamic(tr)
     rows = {k.name: k for k in snap.kernels}
     assert rows["gemm_bf16"].dynamic_energy_j == pytest.approx(truth["gemm_bf16"], rel=0.03)
+
+
+def test_rank_units_orders_ties_and_caps_groups() -> None:
+    """Busiest first; equal busy time by label, then the free unit before the clamped one;
+    units past MAX_GROUPS share the last group; absent units get no group."""
+    from attribution.engine.build import MAX_GROUPS, rank_units
+
+    busy = np.array([1.0, 5.0, 5.0, 5.0, 0.0])
+    labels = ["a", "b", "a", "a", "z"]
+    clamped = np.array([False, False, True, False, False])
+    present = np.array([True, True, True, True, False])
+    order, group, n = rank_units(busy, labels, clamped, present)
+    assert order == [3, 2, 1, 0] and n == 4
+    assert group.tolist() == [3, 2, 1, 0, -1]
+    m = MAX_GROUPS + 5
+    order, group, n = rank_units(np.arange(m, 0, -1, dtype=np.float64), [f"k{i:03d}" for i in
+                                 range(m)], np.zeros(m, bool), np.ones(m, bool))
+    assert n == MAX_GROUPS + 1 and order == list(range(m))
+    assert group[:MAX_GROUPS].tolist() == list(range(MAX_GROUPS))
+    assert set(group[MAX_GROUPS:].tolist()) == {MAX_GROUPS}

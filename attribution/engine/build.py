@@ -11,7 +11,7 @@ dynamic energy ``ΔP_c × duration``; full energy adds ``P_idle × time share``;
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -186,15 +186,17 @@ def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: 
     return float(cands[int(np.argmin(scores))])
 
 
-def _groups(items: Items, n_cls: int) -> tuple[I32, int]:
-    """Busiest MAX_GROUPS classes get their own group, the rest share the last one (one group
-    per class; the engine itself now uses :func:`_unit_groups`, which also splits clamps)."""
-    t = np.bincount(items.cls, weights=items.duration_ns.astype(np.float64), minlength=n_cls)
-    order = sorted(range(n_cls), key=lambda c: (-t[c], items.labels[c]))
-    group = np.zeros(n_cls, np.int32)
-    for rank, c in enumerate(order):
-        group[c] = min(rank, MAX_GROUPS)
-    return group, min(n_cls, MAX_GROUPS + 1) if n_cls > MAX_GROUPS else n_cls
+def rank_units(busy_s: F64, labels: Sequence[str], clamped: B, present: B
+               ) -> tuple[list[int], I32, int]:
+    """Regressor groups of units (a class, or its clamped instances): the present units,
+    busiest first (then label, free before clamped), each of the first ``MAX_GROUPS`` a group
+    of its own and the rest sharing the last one.  Returns (units in rank order, unit → group
+    (−1: not present), number of groups).  The batch and the live engine both rank by it."""
+    order = sorted(np.flatnonzero(present).tolist(),
+                   key=lambda u: (-float(busy_s[u]), labels[u], bool(clamped[u])))
+    group = np.full(len(present), -1, np.int32)
+    group[order] = np.minimum(np.arange(len(order)), MAX_GROUPS)
+    return order, group, min(len(order), MAX_GROUPS + 1)
 
 
 def _clusters(x: F64, exposure: F64) -> list[list[int]]:
@@ -225,20 +227,19 @@ def _clusters(x: F64, exposure: F64) -> list[list[int]]:
 
 
 def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
-    """Regressor units: one per class and clamp state (kernels only are split), grouped like
-    :func:`_groups`.  Returns (item → group, class → main group, group → prior kind, groups);
-    the prior kind is ``2 × source + clamped`` (kernels and copies, free and clamped, each
-    get their own pooled ΔP prior centre)."""
+    """Regressor units: one per class and clamp state (kernels only are split), ranked into
+    groups by :func:`rank_units`.  Returns (item → group, class → main group, group → prior
+    kind, groups); the prior kind is ``2 × source + clamped`` (kernels and copies, free and
+    clamped, each get their own pooled ΔP prior centre)."""
     n_cls = len(items.labels)
     st = (clamped & (items.source == KERNEL)).astype(np.int64)
     unit = items.cls.astype(np.int64) * 2 + st
-    t = np.bincount(unit, weights=items.duration_ns.astype(np.float64), minlength=2 * n_cls)
-    live = np.flatnonzero(np.bincount(unit, minlength=2 * n_cls) > 0).tolist()
-    order = sorted(live, key=lambda u: (-t[u], items.labels[u // 2], u % 2))
-    group_of_unit = np.full(2 * n_cls, -1, np.int32)
-    for rank, u in enumerate(order):
-        group_of_unit[u] = min(rank, MAX_GROUPS)
-    n_groups = min(len(order), MAX_GROUPS + 1) if len(order) > MAX_GROUPS else len(order)
+    t = np.asarray(np.bincount(unit, weights=items.duration_ns.astype(np.float64),
+                               minlength=2 * n_cls), np.float64)
+    present = np.bincount(unit, minlength=2 * n_cls) > 0
+    labels = [lab for lab in items.labels for _ in (0, 1)]
+    order, group_of_unit, n_groups = rank_units(t, labels, np.arange(2 * n_cls) % 2 == 1,
+                                                present)
     class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
     kind = np.zeros(n_groups, np.int32)
     for u in order:

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from attribution.engine.activity import KERNEL, Items
-from attribution.engine.build import MAX_GROUPS
+from attribution.engine.build import rank_units
 from attribution.engine.clamp import CLAMP_MASK, nearest_clamped
 from attribution.engine.live_ring import Classes
 from attribution.model import F64, I32, I64, B, ClockBatch
@@ -141,7 +141,7 @@ class UnitIndex:
         cl = np.zeros(n, bool)
         for u, lab in enumerate(classes.labels):
             base = lab[:-len(CLAMPED_SUFFIX)] if lab.endswith(CLAMPED_SUFFIX) else lab
-            cl[u] = base is not lab
+            cl[u] = lab.endswith(CLAMPED_SUFFIX)
             c = index.get(base)
             if c is None:
                 c = index[base] = len(labels)
@@ -153,12 +153,11 @@ class UnitIndex:
         return self._map
 
 
-def _ranked(time_s: F64, um: UnitMap) -> list[int]:
-    """Units that ran in the horizon, busiest first (then class label, free before clamped):
-    the batch engine's order."""
-    live = np.flatnonzero(np.asarray(time_s[:um.n_units]) > 0).tolist()
-    return sorted(live, key=lambda u: (-float(time_s[u]), um.labels[um.unit_class[u]],
-                                       bool(um.clamped[u])))
+def _ranked(time_s: F64, um: UnitMap) -> tuple[list[int], I32, int]:
+    """:func:`build.rank_units` over the units that ran in the horizon."""
+    t = np.asarray(time_s[:um.n_units], np.float64)
+    labels = [um.labels[c] for c in um.unit_class.tolist()]
+    return rank_units(t, labels, um.clamped, t > 0)
 
 
 def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
@@ -166,18 +165,15 @@ def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
     batch engine's ranking).  Units that did not run in the horizon (a clamp that has left
     it, a class seen before it) get group −1: no column, as in the batch engine, where they
     do not exist."""
-    order = _ranked(time_s, um)
-    group = np.full(um.n_units, -1, np.int32)
-    for rank, u in enumerate(order):
-        group[u] = min(rank, MAX_GROUPS)
-    return group, (MAX_GROUPS + 1 if len(order) > MAX_GROUPS else len(order))
+    _, group, n_groups = _ranked(time_s, um)
+    return group, n_groups
 
 
 def unit_kinds(time_s: F64, um: UnitMap, group: I32, n_groups: int) -> I64:
     """Prior kind of each group (``2 × source + clamped``, as ``build._unit_groups``); a
     shared "rest" group takes the kind of its least busy unit."""
     kind = np.zeros(n_groups, np.int64)
-    for u in _ranked(time_s, um):
+    for u in _ranked(time_s, um)[0]:
         kind[group[u]] = 2 * um.source[um.unit_class[u]] + int(um.clamped[u])
     return kind
 
