@@ -3,9 +3,9 @@ boost tail, fitted with the lag and applied to every reading row.
 
 Owns :class:`Boost` (the fitted model: slow stage (τ₂, w) and tail (min_gap, τ_t)),
 :class:`ResponseSearch` (the live lag search, then on consumer boards
-``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, the same grids, order
-and ties) and ``tail.fit_tail_params`` on the same span) and :func:`row_columns` (a batch of
-reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the slow stage, and the tail column
+``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its
+generator ``timebase.slow_response_steps``) and ``tail.fit_tail_params`` on the same
+span) and :func:`row_columns` (a batch of reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the slow stage, and the tail column
 at the same lags).  The tail column of a row needs the idle gap its window sits in: the gap
 starts at the last busy end before it, which may lie before the records the engine still
 holds, so the caller passes the last busy end it has seen (``prev_end_ns``), and the gap in
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Generator
 
 import numpy as np
 
@@ -26,15 +25,7 @@ from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import reading_rows
 from attribution.engine.tail import fit_tail_params, idle_gaps, tail_fractions
-from attribution.engine.timebase import (
-    LAG_FINE_MS,
-    SLOW_LAG_SPAN_MS,
-    SLOW_TAU_GRID_MS,
-    SLOW_WEIGHTS,
-    TAU_POINTS,
-    ActivityFn,
-    window_fractions,
-)
+from attribution.engine.timebase import ActivityFn, slow_response_steps, window_fractions
 from attribution.model import F64, I64
 
 SLOW_REACH = 3.5
@@ -55,48 +46,14 @@ class Boost:
 
 
 class SlowSearch:
-    """An interruptible ``timebase.fit_slow_response`` (same grids, order and ties)."""
+    """An interruptible ``timebase.fit_slow_response`` (its generator,
+    ``timebase.slow_response_steps``, one activity matrix at a time)."""
 
     def __init__(self, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
                  lag_ms: float, tau_ms: float) -> None:
-        self._busy, self._t, self._y, self._w = busy, t_ns, y, window_ms
-        self._lag, self._tau = lag_ms, tau_ms
         self.result: tuple[float, tuple[float, float]] | None = None
-        self._gen = self._run()
-
-    def _x(self, lag: float, tau: float, slow: tuple[float, float] = (0.0, 0.0)) -> F64:
-        return window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
-
-    def _stage(self, lag: float) -> Generator[float, None, tuple[float, tuple[float, float]]]:
-        x_fast = self._x(lag, self._tau)
-        yield TAU_POINTS if self._tau > 0 else 1.0
-        best = (regress.quick_rss(x_fast, self._y), (0.0, 0.0))
-        for tau2 in SLOW_TAU_GRID_MS:
-            x_slow = self._x(lag, tau2)
-            yield TAU_POINTS
-            for w in SLOW_WEIGHTS:
-                r = regress.quick_rss((1.0 - w) * x_fast + w * x_slow, self._y)
-                if r < best[0]:
-                    best = (r, (tau2, w))
-        return best
-
-    def _run(self) -> Generator[float, None, None]:
-        lag = self._lag
-        if len(self._t) < 8:
-            self.result = (lag, (0.0, 0.0))
-            return
-        _, slow = yield from self._stage(lag)
-        if slow == (0.0, 0.0):
-            self.result = (lag, slow)
-            return
-        grid = np.arange(lag - SLOW_LAG_SPAN_MS, lag + SLOW_LAG_SPAN_MS + 1e-9, 2 * LAG_FINE_MS)
-        scores = []
-        for d in grid:
-            scores.append(regress.quick_rss(self._x(float(d), self._tau, slow), self._y))
-            yield 2.0 * TAU_POINTS
-        lag = float(grid[int(np.argmin(scores))])
-        _, slow = yield from self._stage(lag)
-        self.result = (lag, slow)
+        self._gen = slow_response_steps(busy, t_ns, y, window_ms, lag_ms=lag_ms,
+                                        tau_ms=tau_ms, rss=regress.quick_rss, batched=False)
 
     def step(self, units: float = math.inf) -> tuple[float, tuple[float, float]] | None:
         """Evaluate activity matrices worth up to ``units`` (at least one); the result once
@@ -105,8 +62,8 @@ class SlowSearch:
         while self.result is None and left > 0:
             try:
                 left -= next(self._gen)
-            except StopIteration:
-                break
+            except StopIteration as done:
+                self.result = done.value
         return self.result
 
 

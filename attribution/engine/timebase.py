@@ -10,7 +10,7 @@ time constant τ), and the grid search of D (and τ) that best explains the read
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -247,27 +247,56 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
     τ, then the lag again (±``SLOW_LAG_SPAN_MS``, fine steps) with that stage, then the stage
     once more at the new lag.  Returns (lag, (0, 0)) when no stage lowers the residual.
     """
+    steps = slow_response_steps(busy, t_ns, y, window_ms, lag_ms=lag_ms, tau_ms=tau_ms,
+                                rss=rss, batched=True)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: tuple[float, tuple[float, float]] = done.value
+            return result
+
+
+def slow_response_steps(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
+                        lag_ms: float, tau_ms: float, rss: Callable[[F64, F64], float],
+                        batched: bool
+                        ) -> Generator[float, None, tuple[float, tuple[float, float]]]:
+    """:func:`fit_slow_response` as a generator (the live engine spreads it over ticks): after
+    each activity matrix it yields that matrix's cost in delay-quantile matrices, and returns
+    (lag, (τ₂, w)).  ``batched`` asks each stage's matrices of :func:`iter_window_fractions`
+    in one go (the batch engine); otherwise one :func:`window_fractions` call per matrix, so a
+    step costs one matrix.  Both give the same bits."""
     if len(t_ns) < 8:
         return lag_ms, (0.0, 0.0)
 
-    def stage(lag: float) -> tuple[float, tuple[float, float]]:
+    def matrices(specs: list[tuple[float, float]], slow: tuple[float, float] = (0.0, 0.0)
+                 ) -> Iterator[F64]:
+        if batched:
+            return iter_window_fractions(busy, t_ns, window_ms, specs, slow=slow)
+        return (window_fractions(busy, t_ns, window_ms, d, tau, slow=slow) for d, tau in specs)
+
+    def stage(lag: float) -> Generator[float, None, tuple[float, tuple[float, float]]]:
         # the mixture's activity is (1 − w)·x_fast + w·x_slow: one x_slow per τ₂
-        x_fast, *x_slows = iter_window_fractions(
-            busy, t_ns, window_ms, [(lag, tau_ms)] + [(lag, t2) for t2 in SLOW_TAU_GRID_MS])
+        xs = matrices([(lag, tau_ms)] + [(lag, t2) for t2 in SLOW_TAU_GRID_MS])
+        x_fast = next(xs)
+        yield TAU_POINTS if tau_ms > 0 else 1.0
         best = (rss(x_fast, y), (0.0, 0.0))
-        for tau2, x_slow in zip(SLOW_TAU_GRID_MS, x_slows, strict=True):
+        for tau2, x_slow in zip(SLOW_TAU_GRID_MS, xs, strict=True):
+            yield TAU_POINTS
             for w in SLOW_WEIGHTS:
                 r = rss((1.0 - w) * x_fast + w * x_slow, y)
                 if r < best[0]:
                     best = (r, (tau2, w))
         return best
 
-    _, slow = stage(lag_ms)
+    _, slow = yield from stage(lag_ms)
     if slow == (0.0, 0.0):
         return lag_ms, slow
     grid = np.arange(lag_ms - SLOW_LAG_SPAN_MS, lag_ms + SLOW_LAG_SPAN_MS + 1e-9, 2 * LAG_FINE_MS)
-    scores = [rss(x, y) for x in iter_window_fractions(
-        busy, t_ns, window_ms, [(float(d), tau_ms) for d in grid], slow=slow)]
+    scores = []
+    for x in matrices([(float(d), tau_ms) for d in grid], slow):
+        scores.append(rss(x, y))
+        yield 2.0 * TAU_POINTS
     lag = float(grid[int(np.argmin(scores))])
-    _, slow = stage(lag)
+    _, slow = yield from stage(lag)
     return lag, slow
