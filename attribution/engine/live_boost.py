@@ -1,16 +1,16 @@
-"""The consumer-board boost model in the live engine: the slow second response stage and the
-boost tail, fitted with the lag and applied to every reading row.
+"""The consumer-board boost model in the live engine: the slow second response stage and the boost
+tail, fitted with the lag and applied to every reading row.
 
 Owns :class:`Boost` (the fitted model: slow stage (τ₂, w) and tail (min_gap, τ_t)),
 :class:`ResponseSearch` (the live lag search, then on consumer boards
-``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its
-generator ``timebase.slow_response_steps``) and ``tail.fit_tail_params`` on the same
-span) and :func:`row_columns` (a batch of reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the slow stage, and the tail column
-at the same lags).  The tail column of a row needs the idle gap its window sits in: the gap
-starts at the last busy end before it, which may lie before the records the engine still
-holds, so the caller passes the last busy end it has seen (``prev_end_ns``), and the gap in
-progress at the settle line is closed at ``now`` (a record still running then is the live
-engine's "long record" approximation).
+``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its generator
+``timebase.slow_response_steps``) and ``tail.fit_tail_params`` on the same span) and
+:func:`row_columns` (a batch of reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the
+slow stage, and the tail column at the same lags). The tail column of a row needs the idle gap
+its window sits in: the gap starts at the last busy end before it, which may lie before the
+records the engine still holds, so the caller passes the last busy end it has seen
+(``prev_end_ns``), and the gap in progress at the settle line is closed at ``now`` (a record
+still running then is the live engine's "long record" approximation).
 """
 
 from __future__ import annotations
