@@ -3,6 +3,7 @@
 * ``verdict.precise``: a class is resolvable only when its 90 % interval lies within ±10 % of
   its estimate on both sides (it used to be a ±50 % half-width: fixed_mix/h100 showed
   resolvable classes 8-34 % off, inside intervals that said so).
+* ``verdict.class_verdicts``: the structural rules before it, in order, shared by both engines.
 * ``regress.prior_span``: the ΔP prior centre is refitted at ``1 ∓ 1.645 τ``, τ the measured
   spread of the fitted ΔP within kinds, instead of a fixed (0×, 2×).
 * ``lag_refine.refine_lag``: the lag between the 0.25 ms grid points (short classes moved
@@ -19,7 +20,13 @@ import pytest
 from attribution.engine import attribute_arrays
 from attribution.engine.lag_refine import refine_lag
 from attribution.engine.regress import PRIOR_SPAN_UNKNOWN, prior_span
-from attribution.engine.verdict import PRECISION, imprecise_why, precise
+from attribution.engine.verdict import (
+    MIN_EXPOSURE,
+    PRECISION,
+    class_verdicts,
+    imprecise_why,
+    precise,
+)
 from attribution.sim import simulate
 
 
@@ -123,3 +130,36 @@ def test_engine_lag_is_refined_below_the_grid() -> None:
     lag = d.sensor.lag_ms
     assert abs(lag - res.truth.effective_lag_ms) < LAG_FINE_MS
     assert abs(lag / LAG_FINE_MS - round(lag / LAG_FINE_MS)) > 1e-6  # off the grid
+
+
+def test_class_verdicts_apply_the_rules_in_order() -> None:
+    """Six classes, one per rule: pooled, fixed mix, low exposure, zero estimate, interval not
+    computed yet, imprecise; the seventh passes.  Then the whole-fit rules override all."""
+    n = 7
+    dyn = np.array([100.0, 100.0, 100.0, 0.0, 100.0, 100.0, 100.0])
+    ci = np.array([[95.0, 105.0]] * n)
+    ci[5] = [80.0, 105.0]
+    group = np.arange(n, dtype=np.int32)
+    g_c = np.eye(n)
+    exposure = np.full(n, 10 * MIN_EXPOSURE)
+    exposure[2] = 0.5 * MIN_EXPOSURE
+    computed = np.ones(n, bool)
+    computed[4] = False  # (cluster [1, n]: group 1 and a partner group with no class here)
+    kw = dict(dyn_j=dyn, ci_j=ci, group=group, pooled_group=0, g_c_time_s=g_c,
+              exposure=exposure, clusters=[[1, n]], has_power=True, window_ms=25.0,
+              held_idle=None, consumer_why=None, computed=computed)
+    res, clu, why = class_verdicts(**kw)  # type: ignore[arg-type]
+    assert res == [False] * 6 + [True]
+    assert why[0] == "pooled with other rarely-run classes"
+    assert why[1].startswith("always runs in a fixed mix") and clu[1] == "cluster0"
+    assert why[2].startswith("too little exposure")
+    assert why[3] == "estimate sits at the zero bound"
+    assert why[4] == "new class: interval not computed yet"
+    assert why[5] == imprecise_why(100.0, 80.0, 105.0) and why[6] == ""
+    for extra, start in ((dict(has_power=False), "no power readings"),
+                         (dict(window_ms=1000.0), "1000 ms averaging sensor"),
+                         (dict(held_idle=(90.0, 60.0, 60.0)),
+                          "fit is degenerate: active idle fitted at 90 W against the board's 60 W"),
+                         (dict(consumer_why="consumer-card boost"), "consumer-card boost")):
+        res, _, why = class_verdicts(**{**kw, **extra})  # type: ignore[arg-type]
+        assert not any(res) and all(w.startswith(start) for w in why)

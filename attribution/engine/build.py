@@ -38,23 +38,19 @@ from attribution.engine.timebase import (
     usable,
     window_fractions,
 )
-from attribution.engine.verdict import imprecise_why, precise
+from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, device_indices, idle_intervals
 from attribution.model import F64, I32, I64, B, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 
 MAX_GROUPS = 32
 """Classes beyond the 32 busiest share one regressor ("rest")."""
-MIN_EXPOSURE = 3.0
-"""A class needs this many reading-equivalents of busy time inside sensor windows."""
 COLLINEAR = 0.95
 N_BOOT = 200
 WINDOW_FRACTIONS = (0.25, 0.5, 1.0)
 """Candidate W / T for a board with no preset (DESIGN.md §3: 25 %, 50 %, 100 % seen)."""
 LAG_SLACK_MS = 0.5
 """Lag uncertainty folded into the intervals (timestamp skew, board response shape)."""
-LONG_WINDOW_MS = 500.0
-"""Sensors averaging this long (the 1 s ``average`` field) only support totals."""
 Z90 = 1.645
 GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
@@ -279,8 +275,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     prior = preset.active_idle_w if preset is not None else None
     dur_s = (e_ns - s_ns).astype(np.float64) * 1e-9
     # group × class busy time: class energy = Σ_g ΔP_g × time[g, c]
-    g_c_time = np.bincount(item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
-                           weights=dur_s, minlength=n_groups * n_cls).reshape(n_groups, n_cls)
+    g_c_time: F64 = np.bincount(item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
+                                weights=dur_s, minlength=n_groups * n_cls
+                                ).astype(np.float64, copy=False).reshape(n_groups, n_cls)
     lag, tau = 1.5, 0.0
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
@@ -384,49 +381,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
                               np.maximum(ci[:, 1], ends.max(axis=0))])
     clusters = _clusters(x, exposure) if has_power else []
-    cluster_of: dict[int, int] = {}
-    for ci_idx, comp in enumerate(clusters):
-        for g in comp:
-            cluster_of[g] = ci_idx
-    class_exposure = (exposure @ (g_c_time > 0)) if n_cls else np.zeros(0)
-    degenerate = degenerate_w is not None
-    known = precise(class_dyn, ci)
-    resolvable, cluster, why = [], [], []
-    for c in range(n_cls):
-        gs = np.flatnonzero(g_c_time[:, c] > 0)
-        g = int(group[c])
-        in_cluster = [int(h) for h in gs if int(h) in cluster_of]
-        if not has_power:
-            r, w, cl = False, "no power readings", None
-        elif window_ms >= LONG_WINDOW_MS:
-            r, cl = False, None
-            w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
-        elif degenerate:
-            r, cl = False, None
-            w = (f"fit is degenerate: active idle fitted at {degenerate_w:.0f} W against the "
-                 f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
-                 f"{p_idle:.0f} W")
-        elif preset is not None and preset.consumer_boost:
-            r, cl = False, None
-            w = ("consumer-card boost: the fitted slow stage and tail are an approximate model; "
-                 "the interval spans the fits with and without them")
-        elif n_groups > MAX_GROUPS and g == MAX_GROUPS:
-            r, w, cl = False, "pooled with other rarely-run classes", None
-        elif in_cluster:
-            r, w = False, "always runs in a fixed mix with other classes"
-            cl = f"cluster{cluster_of[in_cluster[0]]}"
-        elif class_exposure[c] < MIN_EXPOSURE:
-            r, cl = False, None
-            w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
-        elif class_dyn[c] <= 0:
-            r, w, cl = False, "estimate sits at the zero bound", None
-        elif not known[c]:
-            r, w, cl = False, imprecise_why(class_dyn[c], ci[c, 0], ci[c, 1]), None
-        else:
-            r, w, cl = True, "", None
-        resolvable.append(r)
-        cluster.append(cl)
-        why.append(w)
+    resolvable, cluster, why = class_verdicts(
+        dyn_j=class_dyn, ci_j=ci, group=group,
+        pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,
+        exposure=exposure, clusters=clusters, has_power=has_power, window_ms=window_ms,
+        held_idle=(None if degenerate_w is None else
+                   (degenerate_w, prior if prior is not None else p_idle, p_idle)),
+        consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
+                      "model; the interval spans the fits with and without them"
+                      if preset is not None and preset.consumer_boost else None))
     item_dyn = np.asarray(dp, np.float64)[item_group] * dur_s if len(items) else np.zeros(0)
     share = idle_share_s(s_ns, e_ns, origin)
     item_energy = item_dyn + p_idle * share

@@ -24,13 +24,11 @@ from attribution.engine import regress
 from attribution.engine.build import (
     COLLINEAR,
     GAIN_SIGMA,
-    LONG_WINDOW_MS,
     MAX_GROUPS,
-    MIN_EXPOSURE,
     _clusters,
     _with_gain,
 )
-from attribution.engine.verdict import imprecise_why, precise
+from attribution.engine.verdict import class_verdicts
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
@@ -142,48 +140,19 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64, g_c_t
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
     comps = _clusters(xg, exposure) if has_power else []
-    cluster_of = {gi: i for i, comp in enumerate(comps) for gi in comp}
-    in_class = g_c_time_s > 0
-    class_exposure = exposure @ in_class if n_cls else np.zeros(0)
-    known = precise(dyn_j, ci)
-    res: list[bool] = []
-    clu: list[str | None] = []
-    why: list[str] = []
-    for c in range(n_cls):
-        g = int(group[c])
-        in_cluster = [int(h) for h in np.flatnonzero(in_class[:, c]) if int(h) in cluster_of]
-        r, w, cl = False, "", None
-        if not has_power:
-            w = "no power readings"
-        elif window_ms >= LONG_WINDOW_MS:
-            w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
-        elif held_idle is not None:
-            prior = preset.active_idle_w if preset is not None else held_idle[1]
-            w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
-                 f"board's {prior:.0f} W (aliasing or a missing regressor); held at "
-                 f"{held_idle[1]:.0f} W")
-        elif preset is not None and preset.consumer_boost:
-            w = ("consumer-card boost: the fitted slow stage and tail are an approximate model"
-                 if boost_modelled else
-                 "consumer-card boost: the live engine does not model the slow stage and "
-                 "tail (the batch engine fits them approximately)")
-        elif n_groups > MAX_GROUPS and g == MAX_GROUPS:
-            w = "pooled with other rarely-run classes"
-        elif in_cluster:
-            w = "always runs in a fixed mix with other classes"
-            cl = f"cluster{cluster_of[in_cluster[0]]}"
-        elif class_exposure[c] < MIN_EXPOSURE:
-            w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
-        elif dyn_j[c] <= 0:
-            w = "estimate sits at the zero bound"
-        elif not bool(computed[c]):
-            w = "new class: interval not computed yet"
-        elif not known[c]:
-            w = imprecise_why(float(dyn_j[c]), float(ci[c, 0]), float(ci[c, 1]))
-        else:
-            r = True
-        res.append(r)
-        clu.append(cl)
-        why.append(w)
+    consumer = preset is not None and preset.consumer_boost
+    res, clu, why = class_verdicts(
+        dyn_j=dyn_j, ci_j=ci, group=group,
+        pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time_s,
+        exposure=exposure, clusters=comps, has_power=has_power, window_ms=window_ms,
+        held_idle=(None if held_idle is None else
+                   (held_idle[0], preset.active_idle_w if preset is not None else held_idle[1],
+                    held_idle[1])),
+        consumer_why=(None if not consumer else
+                      "consumer-card boost: the fitted slow stage and tail are an approximate "
+                      "model" if boost_modelled else
+                      "consumer-card boost: the live engine does not model the slow stage and "
+                      "tail (the batch engine fits them approximately)"),
+        computed=np.asarray(computed, bool))
     members = tuple(tuple(c for c in range(n_cls) if int(group[c]) in comp) for comp in comps)
     return ClassVerdict(ci, tuple(res), tuple(clu), tuple(why), members)

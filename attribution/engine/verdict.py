@@ -1,8 +1,9 @@
 """When a class's energy counts as known: the precision rule behind ``resolvable``.
 
-Owns ``PRECISION`` and :func:`precise`, which the batch engine (``build.py``) and the live
-engine (``live_fit.verdicts``) both apply after their structural checks (power readings, sensor
-window, degenerate fit, consumer board, pooled class, fixed mix, exposure).  A class is
+Owns the ``resolvable`` rules both engines apply (:func:`class_verdicts`, called by
+``build.py`` and ``live_fit.verdicts``): the structural checks (power readings, sensor window,
+degenerate fit, consumer board, pooled class, fixed mix, exposure, zero estimate) and then the
+precision rule, ``PRECISION`` and :func:`precise`.  A class is
 resolvable only when its 90 % interval lies within ``±PRECISION`` of its estimate on **both**
 sides, i.e. the row's number is known to that precision.  10 % because an honest 90 % interval
 of half-width P gives a mean absolute error of about P / 2 (normal errors: 0.8 σ against
@@ -15,10 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from attribution.model import F64, B
+from attribution.model import F64, I32, B
 
 PRECISION = 0.10
 """A resolvable class's 90 % interval lies within ±10 % of its estimate."""
+MIN_EXPOSURE = 3.0
+"""A class needs this many reading-equivalents of busy time inside sensor windows."""
+LONG_WINDOW_MS = 500.0
+"""Sensors averaging this long (the 1 s ``average`` field) only support totals."""
 
 
 def precise(dyn_j: F64, ci_j: F64, precision: float = PRECISION) -> B:
@@ -36,3 +41,58 @@ def imprecise_why(dyn_j: float, lo_j: float, hi_j: float,
     hi = hi_j / dyn_j - 1.0
     return (f"90% interval {100 * lo:+.0f}…{100 * hi:+.0f}% of the estimate: "
             f"wider than ±{100 * precision:.0f}%")
+
+
+def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_time_s: F64,
+                   exposure: F64, clusters: list[list[int]], has_power: bool, window_ms: float,
+                   held_idle: tuple[float, float, float] | None, consumer_why: str | None,
+                   computed: B | None = None
+                   ) -> tuple[list[bool], list[str | None], list[str]]:
+    """Per class: (resolvable, cluster name, why not), the first rule that fails in order.
+
+    ``group``: each class's main regressor group; ``pooled_group``: the group shared by the
+    rarely-run classes (−1: none); ``g_c_time_s``: groups × classes busy time; ``exposure``:
+    per group, reading-equivalents of activity; ``clusters``: groups whose activity moves
+    together (a fixed mix); ``held_idle``: (fitted, board's, held) active idle when the fit was
+    degenerate; ``consumer_why``: the reason on a consumer board (None elsewhere);
+    ``computed``: classes whose interval is computed (the live engine's newest are not yet)."""
+    n_cls = len(dyn_j)
+    cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
+    in_class = g_c_time_s > 0
+    class_exposure = exposure @ in_class if n_cls else np.zeros(0)
+    known = precise(dyn_j, ci_j)
+    res: list[bool] = []
+    clu: list[str | None] = []
+    why: list[str] = []
+    for c in range(n_cls):
+        in_cluster = [int(g) for g in np.flatnonzero(in_class[:, c]) if int(g) in cluster_of]
+        r, w, cl = False, "", None
+        if not has_power:
+            w = "no power readings"
+        elif window_ms >= LONG_WINDOW_MS:
+            w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif held_idle is not None:
+            w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
+                 f"board's {held_idle[1]:.0f} W (aliasing or a missing regressor); held at "
+                 f"{held_idle[2]:.0f} W")
+        elif consumer_why is not None:
+            w = consumer_why
+        elif int(group[c]) == pooled_group >= 0:
+            w = "pooled with other rarely-run classes"
+        elif in_cluster:
+            w = "always runs in a fixed mix with other classes"
+            cl = f"cluster{cluster_of[in_cluster[0]]}"
+        elif class_exposure[c] < MIN_EXPOSURE:
+            w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
+        elif dyn_j[c] <= 0:
+            w = "estimate sits at the zero bound"
+        elif computed is not None and not bool(computed[c]):
+            w = "new class: interval not computed yet"
+        elif not known[c]:
+            w = imprecise_why(float(dyn_j[c]), float(ci_j[c, 0]), float(ci_j[c, 1]))
+        else:
+            r = True
+        res.append(r)
+        clu.append(cl)
+        why.append(w)
+    return res, clu, why
