@@ -144,7 +144,8 @@ def test_class_verdicts_apply_the_rules_in_order() -> None:
     exposure = np.full(n, 10 * MIN_EXPOSURE)
     exposure[2] = 0.5 * MIN_EXPOSURE
     computed = np.ones(n, bool)
-    computed[4] = False  # (cluster [1, n]: group 1 and a partner group with no class here)
+    computed[4] = False
+    # the cluster [1, n]: group 1 and a partner group that holds no class here
     kw = dict(dyn_j=dyn, ci_j=ci, group=group, pooled_group=0, g_c_time_s=g_c,
               exposure=exposure, clusters=[[1, n]], has_power=True, window_ms=25.0,
               held_idle=None, consumer_why=None, computed=computed)
