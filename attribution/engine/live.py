@@ -308,8 +308,7 @@ class LiveEngine:
         unit = st.unit_ids(it)
         n_cls = len(st.classes)
         busy = busy_from(it, unit, n_cls, lo)  # the rows' windows start after lo
-        reach_ns = np.int64(round((st.lag_ms + LAG_SLACK_MS + st.window_ms
-                                   + 3.0 * TAU_GRID_MS[-1] + st.boost.reach_ms()) * 1e6))
+        reach_ns = row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms())
         if st.rows.n_cls < n_cls:  # grow the ring's class columns first
             st.rows.append(np.empty(0, np.int64), np.empty(0),
                            (np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros((0, n_cls))))
@@ -348,8 +347,8 @@ class LiveEngine:
             st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
         if steps is None and not len(t):
             return
-        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms)
-                 - int(np.ceil(st.boost.reach_ms() * 1e6))] if len(t) else [])
+        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms())]
+                if len(t) else [])
         need += [int(steps[0][0])] if steps is not None else []
         need_from = min(need)
         if need_from < a - LOOKBACK_NS:  # a step (or a window) reaching past the context read

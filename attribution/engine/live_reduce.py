@@ -149,11 +149,12 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
                            minlength=N_CAUSES).astype(np.int64))
 
 
-def row_reach_ns(lag_ms: float, window_ms: float) -> int:
-    """How far before a reading its windows start, at the lag ± ``LAG_SLACK_MS`` and any
-    board response on the grid (plus 1 ms for rounding)."""
-    return int(np.ceil((lag_ms + LAG_SLACK_MS + window_ms + 3.0 * TAU_GRID_MS[-1] + 1.0)
-                       * 1e6))
+def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0) -> int:
+    """How far before a reading its windows start, at the lag ± ``LAG_SLACK_MS``, any board
+    response on the grid and a consumer board's slow stage reaching ``slow_ms`` further back
+    (plus 1 ms for rounding)."""
+    return int(np.ceil((lag_ms + LAG_SLACK_MS + window_ms + 3.0 * TAU_GRID_MS[-1] + slow_ms
+                        + 1.0) * 1e6))
 
 
 class QueryBusy:
