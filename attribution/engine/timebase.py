@@ -190,6 +190,59 @@ def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
     return np.flatnonzero((lo >= win_start_ns) & (hi <= win_end_ns)).astype(np.int32)
 
 
+LagPlan = Generator[list[tuple[float, float]], list[float], tuple[float, float]]
+"""A grid search as a plan: yields the (lag ms, τ ms) points of a stage, is sent their
+residuals in the same order, and returns its answer."""
+
+
+def _lag_stages(tau_ms: float) -> LagPlan:
+    """Coarse lag grid, then a fine one around its best: returns (lag, residual)."""
+    lo, hi = LAG_GRID_MS
+    coarse = [(float(d), tau_ms) for d in np.arange(lo, hi + 1e-9, LAG_COARSE_MS)]
+    scores = yield coarse
+    c = coarse[int(np.argmin(scores))][0]
+    fine = [(float(d), tau_ms) for d in np.arange(max(lo, c - LAG_COARSE_MS),
+                                                  min(hi, c + LAG_COARSE_MS) + 1e-9, LAG_FINE_MS)]
+    scores = yield fine
+    i = int(np.argmin(scores))
+    return fine[i][0], float(scores[i])
+
+
+def lag_response_plan() -> LagPlan:
+    """The (lag, τ) search of :func:`fit_lag_response` as a plan (the live engine's
+    ``LagSearch`` evaluates it a few points per tick): the best τ = 0 lag, then for each τ of
+    ``TAU_GRID_MS`` lags around ``lag₀ − τ`` (the response delays by τ on average); a τ wins
+    only when strictly better, each grid's first minimum."""
+    lag0, score0 = yield from _lag_stages(0.0)
+    best = (score0, lag0, 0.0)
+    grids = [np.arange(lag0 - tau - 1.0, lag0 - tau + 1.0 + 1e-9, LAG_FINE_MS)
+             for tau in TAU_GRID_MS[1:]]
+    scores = yield [(float(d), float(tau)) for tau, grid in zip(TAU_GRID_MS[1:], grids,
+                                                                strict=True) for d in grid]
+    k = 0
+    for tau, grid in zip(TAU_GRID_MS[1:], grids, strict=True):
+        part = scores[k:k + len(grid)]
+        k += len(grid)
+        i = int(np.argmin(part))
+        if part[i] < best[0]:
+            best = (float(part[i]), float(grid[i]), float(tau))
+    return best[1], best[2]
+
+
+def run_plan(plan: LagPlan, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
+             rss: Callable[[F64, F64], float]) -> tuple[float, float]:
+    """Evaluate a plan stage by stage, each stage's activity matrices in one
+    :func:`iter_window_fractions` call."""
+    specs = next(plan)
+    while True:
+        scores = [rss(x, y) for x in iter_window_fractions(busy, t_ns, window_ms, specs)]
+        try:
+            specs = plan.send(scores)
+        except StopIteration as done:
+            result: tuple[float, float] = done.value
+            return result
+
+
 def fit_lag(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
             rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0) -> float:
     """Lag (ms) minimising the regression residual: coarse grid, then a fine one."""
@@ -202,18 +255,7 @@ def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
     """(lag, residual) at the best lag for a given response time constant."""
     if len(t_ns) < 4:
         return 1.5, float("inf")
-    lo, hi = LAG_GRID_MS
-
-    def best(grid: F64) -> tuple[float, float]:
-        scores = [rss(x, y) for x in iter_window_fractions(
-            busy, t_ns, window_ms, [(float(d), tau_ms) for d in grid])]
-        i = int(np.argmin(scores))
-        return float(grid[i]), float(scores[i])
-
-    coarse, _ = best(np.arange(lo, hi + 1e-9, LAG_COARSE_MS))
-    fine = np.arange(max(lo, coarse - LAG_COARSE_MS), min(hi, coarse + LAG_COARSE_MS) + 1e-9,
-                     LAG_FINE_MS)
-    return best(fine)
+    return run_plan(_lag_stages(tau_ms), busy, t_ns, y, window_ms, rss=rss)
 
 
 def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
@@ -221,21 +263,7 @@ def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
     """(lag, τ) jointly: the best lag for each τ in ``TAU_GRID_MS``, then the best τ."""
     if len(t_ns) < 4:
         return 1.5, 0.0
-    lag0, score0 = fit_lag_score(busy, t_ns, y, window_ms, rss)
-    best = (score0, lag0, 0.0)
-    # the response delays by τ on average: search lags around lag0 − τ only
-    grids = [np.arange(lag0 - tau - 1.0, lag0 - tau + 1.0 + 1e-9, LAG_FINE_MS)
-             for tau in TAU_GRID_MS[1:]]
-    xs = iter_window_fractions(busy, t_ns, window_ms,
-                               [(float(d), tau) for tau, grid in zip(TAU_GRID_MS[1:], grids,
-                                                                    strict=True)
-                                for d in grid])
-    for tau, grid in zip(TAU_GRID_MS[1:], grids, strict=True):
-        scores = [rss(next(xs), y) for _ in grid]
-        i = int(np.argmin(scores))
-        if scores[i] < best[0]:
-            best = (float(scores[i]), float(grid[i]), float(tau))
-    return best[1], best[2]
+    return run_plan(lag_response_plan(), busy, t_ns, y, window_ms, rss=rss)
 
 
 def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
