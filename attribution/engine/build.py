@@ -204,7 +204,30 @@ def _clusters(x: F64, exposure: F64) -> list[list[int]]:
     live = np.flatnonzero((sd > 1e-12) & (exposure > 0))
     if len(live) < 2:
         return []
-    c = np.corrcoef(x[:, live].T)
+    return _components(np.asarray(np.corrcoef(x[:, live].T), np.float64), live)
+
+
+def clusters_from_gram(m: F64, exposure: F64) -> list[list[int]]:
+    """:func:`_clusters` from the Gram matrix ``m`` of ``[1, x]`` alone (a fit that keeps only
+    sufficient statistics): ``n = m₀₀``, means ``m₀ⱼ / n``, covariance ``mᵢⱼ / n − μᵢμⱼ``.  A
+    column whose variance is within rounding of ``E[x²]`` counts as constant."""
+    n = float(m[0, 0]) if len(m) else 0.0
+    g = len(m) - 1
+    if g < 2 or n < 3:
+        return []
+    mean = m[0, 1:] / n
+    cov = m[1:, 1:] / n - np.outer(mean, mean)
+    var = np.diagonal(cov)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    live = np.flatnonzero((sd > 1e-12) & (var > 1e-12 * np.diagonal(m)[1:] / n)
+                          & (exposure > 0))
+    if len(live) < 2:
+        return []
+    return _components(cov[np.ix_(live, live)] / np.outer(sd[live], sd[live]), live)
+
+
+def _components(c: F64, live: I64) -> list[list[int]]:
+    """Connected components (of more than one) of ``c > COLLINEAR`` over the columns ``live``."""
     parent = list(range(len(live)))
 
     def find(i: int) -> int:

@@ -25,34 +25,103 @@ from attribution.engine.build import (
     COLLINEAR,
     GAIN_SIGMA,
     MAX_GROUPS,
-    _clusters,
     _with_gain,
+    clusters_from_gram,
 )
 from attribution.engine.verdict import class_verdicts
 from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
-__all__ = ["COLLINEAR", "ClassVerdict", "bootstrap_gram", "gram", "prior_gram", "solve_gram",
-           "to_groups", "verdicts"]
+__all__ = ["COLLINEAR", "ClassVerdict", "block_stats", "bootstrap_blocks", "bootstrap_gram",
+           "design_blocks", "gram", "nnls_grams", "onehot", "prior_gram", "solve_gram",
+           "to_groups", "verdicts", "with_prior"]
+
+
+def onehot(group: I32, n_groups: int) -> F64:
+    """(units, groups) 0/1 matrix: column sums of a per-unit array are its group sums
+    (group −1: a unit in no group)."""
+    out = np.zeros((len(group), n_groups), np.float64)
+    ran = np.flatnonzero(group >= 0)
+    out[ran, group[ran]] = 1.0
+    return out
 
 
 def to_groups(x: F64, group: I32, n_groups: int) -> F64:
     """Sum unit columns into group columns (group −1: dropped)."""
-    onehot = np.zeros((len(group), n_groups), np.float64)
-    ran = np.flatnonzero(group >= 0)  # −1: a column in no group
-    onehot[ran, group[ran]] = 1.0
-    return np.asarray(x @ onehot, np.float64)
+    return np.asarray(x @ onehot(group, n_groups), np.float64)
 
 
 def _nnls_gram(m: F64, v: F64) -> F64:
     """argmin ‖Ax − b‖², x ≥ 0, given only ``m = AᵀA`` and ``v = Aᵀb`` (m positive definite)."""
-    d = np.sqrt(np.maximum(np.diag(m), 1e-12))
-    ms = m / d[:, None] / d[None, :]
+    return np.asarray(nnls_grams(m[None], v[None])[0], np.float64)
+
+
+def nnls_grams(m: F64, v: F64) -> F64:
+    """:func:`_nnls_gram` of a stack of systems (``m``: (k, n, n), ``v``: (k, n)) with one
+    scaling, one Cholesky and one triangular solve for the whole stack (LAPACK runs per
+    matrix, so each result is the one a call per system gives, to the bit)."""
+    k, n = v.shape
+    out = np.empty((k, n))
+    if k == 0:
+        return out
+    d = np.sqrt(np.maximum(np.diagonal(m, axis1=1, axis2=2), 1e-12))
+    ms = m / d[:, :, None] / d[:, None, :]
     vs = v / d
-    lower = np.linalg.cholesky(ms + 1e-12 * np.eye(len(v)))
-    rhs = np.linalg.solve(lower, vs)
-    sol, _ = nnls(lower.T, rhs, maxiter=50 * len(v))
-    return np.asarray(sol / d, np.float64)
+    lower = np.linalg.cholesky(ms + 1e-12 * np.eye(n))
+    rhs = np.linalg.solve(lower, vs[:, :, None])[:, :, 0]
+    upper = np.swapaxes(lower, 1, 2)
+    for i in range(k):
+        out[i], _ = nnls(upper[i], rhs[i], maxiter=50 * n)
+    return np.asarray(out / d, np.float64)
+
+
+def design_blocks(k: int, width: int, block: int) -> tuple[F64, int]:
+    """A zeroed design buffer for ``k`` rows of ``width`` columns whose row count is a whole
+    number of bootstrap blocks (the padding rows stay zero: they add nothing to any Gram
+    matrix), and the number of blocks."""
+    block = max(1, min(block, k))
+    nb = -(-k // block) if k else 0
+    return np.zeros((nb * block, width)), nb
+
+
+def block_stats(a: F64, y: F64, nb: int) -> tuple[F64, F64]:
+    """Per-block ``AᵀA`` (flattened) and ``Aᵀy`` of a padded design from :func:`design_blocks`
+    (``y`` zero-padded alike): their sums over the blocks are the whole fit's."""
+    w = a.shape[1]
+    if nb == 0:
+        return np.zeros((0, w * w)), np.zeros((0, w))
+    a3 = a.reshape(nb, -1, w)
+    gb = np.matmul(a3.transpose(0, 2, 1), a3).reshape(nb, -1)  # 4x an einsum's speed
+    vb = np.einsum("bij,bi->bj", a3, y.reshape(nb, -1))
+    return gb, vb
+
+
+def bootstrap_blocks(gb: F64, vb: F64, p_idle_prior_w: float | None, *, n_boot: int,
+                     seed: int = 0, pooled: float | F64 | None = None,
+                     idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+    """Block-bootstrap replicates of (P_idle, ΔP) from per-block statistics
+    (:func:`block_stats`): a replicate is a multinomial draw of the blocks, i.e. one matrix
+    product for all replicates, then the priors (same ``pooled`` centre and ``idle_weight``
+    for every replicate) and one NNLS each."""
+    nb, w = vb.shape
+    g = w - 1
+    p = np.zeros(n_boot)
+    dp = np.zeros((n_boot, g))
+    if nb == 0 or n_boot == 0:
+        return p, dp
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
+    m_all = (counts @ gb).reshape(n_boot, w, w)
+    v_all = counts @ vb
+    if pooled is not None:  # one prior for every replicate: one stacked solve
+        fixed = prior_gram(g, pooled, p_idle_prior_w, idle_weight)
+        sols = nnls_grams(m_all + fixed[0], v_all + fixed[1])
+        return sols[:, 0].copy(), sols[:, 1:].copy()
+    for b in range(n_boot):
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight)
+        p[b] = sol[0]
+        dp[b] = sol[1:]
+    return p, dp
 
 
 def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
@@ -62,31 +131,14 @@ def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int,
     (same ``pooled`` centre and ``idle_weight`` for every replicate), with non-overlapping
     blocks and the fit done on summed block statistics."""
     k, g = x.shape
-    p = np.zeros(n_boot)
-    dp = np.zeros((n_boot, g))
-    if k == 0 or n_boot == 0:
-        return p, dp
-    block = max(1, min(block, k))
-    nb = -(-k // block)
-    a = np.zeros((nb * block, g + 1))
+    a, nb = design_blocks(k, g + 1, block)
     a[:k, 0] = 1.0
     a[:k, 1:] = x
-    yy = np.zeros(nb * block)
+    yy = np.zeros(len(a))
     yy[:k] = y
-    a3 = a.reshape(nb, block, g + 1)
-    gram = np.matmul(a3.transpose(0, 2, 1), a3).reshape(nb, -1)  # 4x an einsum's speed
-    aty = np.einsum("bij,bi->bj", a3, yy.reshape(nb, block))
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(nb, np.full(nb, 1.0 / nb), size=n_boot).astype(np.float64)
-    m_all = (counts @ gram).reshape(n_boot, g + 1, g + 1)
-    v_all = counts @ aty
-    fixed = None if pooled is None else prior_gram(g, pooled, p_idle_prior_w, idle_weight)
-    for b in range(n_boot):
-        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight,
-                         prior=fixed)
-        p[b] = sol[0]
-        dp[b] = sol[1:]
-    return p, dp
+    gb, vb = block_stats(a, yy, nb)
+    return bootstrap_blocks(gb, vb, p_idle_prior_w, n_boot=n_boot, seed=seed, pooled=pooled,
+                            idle_weight=idle_weight)
 
 
 def gram(x: F64, y: F64) -> tuple[F64, F64]:
@@ -110,11 +162,22 @@ def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None, *,
     (:func:`regress.prior_system`: ``pooled`` centre, default the all-busy pooled ΔP, and
     ``idle_weight``; or ``prior`` = :func:`prior_gram` already built), the same NNLS
     minimiser: ``[P_idle, ΔP_1, …]``."""
+    return _nnls_gram(*with_prior(m, v, p_idle_prior_w, pooled=pooled,
+                                  idle_weight=idle_weight, prior=prior))
+
+
+def with_prior(m: F64, v: F64, p_idle_prior_w: float | None, *,
+               pooled: float | F64 | None = None,
+               idle_weight: float = regress.IDLE_PRIOR_READINGS,
+               prior: tuple[F64, F64] | None = None) -> tuple[F64, F64]:
+    """The Gram system :func:`solve_gram` minimises: ``gram(x, y)`` plus the prior rows'
+    (arguments as :func:`solve_gram`'s), for a caller that stacks several into
+    :func:`nnls_grams`."""
     if prior is None:
         if pooled is None:
             pooled = regress.pooled_fit_gram(m, v)
         prior = prior_gram(len(v) - 1, pooled, p_idle_prior_w, idle_weight)
-    return _nnls_gram(m + prior[0], v + prior[1])
+    return m + prior[0], v + prior[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,20 +189,23 @@ class ClassVerdict:
     clusters: tuple[tuple[int, ...], ...]  # class indices per cluster
 
 
-def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, xg: F64, g_c_time_s: F64,
-             window_ms: float, preset: GpuPreset | None, has_power: bool,
+def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, gram_g: F64,
+             g_c_time_s: F64, window_ms: float, preset: GpuPreset | None, has_power: bool,
              computed: I64, held_idle: tuple[float, float] | None = None,
              boost_modelled: bool = False) -> ClassVerdict:
     """The batch engine's ``resolvable`` rules applied to the live fit, per class over its
-    units (``g_c_time_s``: groups × classes busy time; ``group``: each class's main group).
+    units (``g_c_time_s``: groups × classes busy time; ``group``: each class's main group;
+    ``gram_g``: the Gram matrix of ``[1, group activity]`` over the horizon's readings, whose
+    first row is each group's exposure and which gives the collinear clusters).
     ``computed`` marks the classes whose interval the last bootstrap covered (newer ones are
     not resolvable until the next interval refresh); ``held_idle`` = (fitted, held) P_idle
     when the fit was degenerate and P_idle was held at the board's value (no class is then
     resolvable); ``boost_modelled``: the consumer slow stage and tail are in the fit."""
     n_cls = len(dyn_j)
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
-    exposure = xg.sum(axis=0) if xg.shape[0] else np.zeros(n_groups)
-    comps = _clusters(xg, exposure) if has_power else []
+    m = gram_g[:n_groups + 1, :n_groups + 1]  # without a boost tail column
+    exposure = m[0, 1:].copy() if len(m) else np.zeros(n_groups)
+    comps = clusters_from_gram(m, exposure) if has_power else []
     consumer = preset is not None and preset.consumer_boost
     res, clu, why = class_verdicts(
         dyn_j=dyn_j, ci_j=ci, group=group,

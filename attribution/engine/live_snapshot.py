@@ -61,7 +61,7 @@ class DevicePart:
     group: I32  # each class's main regressor group
     n_groups: int
     g_c_time_s: F64  # (groups, classes) busy time: a class's units and their groups
-    xg: F64
+    gram_g: F64  # Gram matrix of [1, group activity (, tail)] over the readings
     p_idle_w: float
     dyn_j: F64  # per class: Σ over its units of ΔP_unit × time_unit
     unit_dp_w: F64  # per unit (the columns of ``step_busy_s``)
@@ -112,7 +112,7 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     energy = dyn + p.p_idle_w * p.share_s
     ci, computed = _class_ci(p, dyn)
     has_power = p.field != "none"
-    v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, xg=p.xg,
+    v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, gram_g=p.gram_g,
                  g_c_time_s=p.g_c_time_s, window_ms=p.window_ms, preset=p.preset,
                  has_power=has_power, computed=computed, held_idle=p.held_idle_w,
                  boost_modelled=p.boost_tail_j is not None)

@@ -19,7 +19,15 @@ import numpy as np
 from attribution.engine import regress
 from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, TAIL_KIND
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, unit_groups, unit_kinds
-from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram, to_groups
+from attribution.engine.live_fit import (
+    block_stats,
+    bootstrap_blocks,
+    design_blocks,
+    nnls_grams,
+    onehot,
+    solve_gram,
+    with_prior,
+)
 from attribution.model import F64, I32
 from attribution.presets import GpuPreset
 
@@ -41,7 +49,7 @@ class DeviceFit:
 
     group: I32  # unit → group
     n_groups: int
-    xg: F64  # (readings, groups) activity at the fitted lag (tail column excluded)
+    gram_g: F64  # Gram matrix of [1, group activity (, tail)] over the readings at the lag
     p_idle_w: float
     unit_dp_w: F64  # ΔP of each unit's group
     class_dyn_j: F64
@@ -118,16 +126,29 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     group, n_groups = unit_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
-    xg = [to_groups(x, group, n_groups) for x in xs]
-    n_cls = len(um.labels)
-    if not (len(y) >= 1 and n_groups):
-        p_idle = float(np.mean(y)) if len(y) else 0.0
-        rms = float(np.std(y)) if len(y) else 0.0
-        return DeviceFit(group, n_groups, xg[0], p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
+    oh = onehot(group, n_groups)
+    n_cls, n_rd = len(um.labels), len(y)
+    width = 1 + n_groups + (0 if tail is None else tail[0].shape[1])
+
+    def design(i: int, out: F64) -> F64:  # [1, group activity, tail] at lag i, in out's rows
+        out[:n_rd, 0] = 1.0
+        out[:n_rd, 1:n_groups + 1] = xs[i] @ oh
+        if tail is not None:
+            out[:n_rd, n_groups + 1:] = tail[i]
+        return out
+
+    # the lag's design in whole bootstrap blocks: its block statistics sum to its Gram matrix
+    a, nb = design_blocks(n_rd, width, block)
+    yy = np.zeros(len(a))
+    yy[:n_rd] = y
+    gb, vb = block_stats(design(0, a), yy, nb)
+    m = gb.sum(axis=0).reshape(width, width)
+    v = vb.sum(axis=0) if nb else np.zeros(width)
+    if not (n_rd >= 1 and n_groups):
+        p_idle = float(np.mean(y)) if n_rd else 0.0
+        rms = float(np.std(y)) if n_rd else 0.0
+        return DeviceFit(group, n_groups, m, p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
                          class_group, rms, None, None)
-    xd = xg if tail is None else [np.column_stack([x, h]) for x, h in zip(xg, tail,
-                                                                           strict=True)]
-    m, v = gram(xd[0], y)
     # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
     kinds = unit_kinds(time_s, um, group, n_groups)
     if tail is not None:
@@ -147,16 +168,22 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
     rms = float(np.sqrt(max(sse, 0.0) / len(y)))
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
-    pb, dpb = bootstrap_gram(xd[0], y, prior, n_boot=boot_per_tick, block=block, seed=seed,
-                             pooled=centre, idle_weight=idle_w)
+    pb, dpb = bootstrap_blocks(gb, vb, prior, n_boot=boot_per_tick, seed=seed, pooled=centre,
+                               idle_weight=idle_w)
     # a unit that did not run in this horizon has no ΔP here: NaN, so a later horizon in which
     # it runs reads its interval from the replicates that saw it (as for units newer than these)
     pool.add(pb, _per_unit(dpb, group, np.nan), n_boot)
     e_boot = pool.class_energy(time_s, um)
     lo, hi, seen = _percentiles(e_boot)
-    ends = [solve_gram(*gram(x, y), prior, pooled=centre, idle_weight=idle_w) for x in xd[1:]]
-    span = regress.prior_span(sol[1:], centre, kinds, xd[0].sum(axis=0))
-    ends += [solve_gram(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
+    # the fits at the other lags and prior centres: one stacked solve
+    ends_sys = []
+    for i in (1, 2):
+        d = design(i, a[:n_rd])  # a's block statistics are taken
+        ends_sys.append(with_prior(d.T @ d, d.T @ y, prior, pooled=centre, idle_weight=idle_w))
+    span = regress.prior_span(sol[1:], centre, kinds, m[0, 1:])
+    ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
+    ends = list(nnls_grams(np.array([s[0] for s in ends_sys]),
+                           np.array([s[1] for s in ends_sys])))
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail
         k = n_groups + 1  # (the batch engine also drops the slow stage: docs/attribution.md)
         ends.append(solve_gram(m[:k, :k], v[:k], prior, pooled=centre[:n_groups],
@@ -166,5 +193,5 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     ci = ClassCi(lo, hi, pool.p_idle_ci(), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
-    return DeviceFit(group, n_groups, xg[0], p_idle, _per_unit(dp, group),
+    return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)

@@ -1,0 +1,104 @@
+"""The live fit's sufficient-statistics numerics against the direct forms they replace.
+
+The live engine fits from Gram matrices only (``attribution.engine.live_fit``): its solves are
+stacked (one Cholesky and triangular solve for a tick's systems), its total Gram matrix is the
+sum of the bootstrap's block statistics, and its collinear clusters are read off the group
+Gram matrix instead of the (readings × groups) activity.  Each must give what the direct form
+gives: the same NNLS minimiser to the bit, the same Gram matrix to rounding, the same
+clusters as the batch engine's rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attribution.engine.build import _clusters, clusters_from_gram
+from attribution.engine.live_fit import (
+    block_stats,
+    design_blocks,
+    gram,
+    nnls_grams,
+    solve_gram,
+    with_prior,
+)
+
+
+def _systems(rng: np.random.Generator, k: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    ms, vs = [], []
+    for _ in range(k):
+        x = rng.random((200, g)) * rng.random(g)
+        # some true ΔP negative, so the bound is active in some systems
+        y = 50.0 + x @ rng.uniform(-80.0, 300.0, g) + rng.normal(0.0, 5.0, 200)
+        m, v = with_prior(*gram(x, y), 55.0)
+        ms.append(m)
+        vs.append(v)
+    return np.array(ms), np.array(vs)
+
+
+def test_stacked_solves_are_the_single_solves_to_the_bit() -> None:
+    rng = np.random.default_rng(3)
+    ms, vs = _systems(rng, 9, 7)
+    stacked = nnls_grams(ms, vs)
+    for i in range(len(ms)):
+        single = nnls_grams(ms[i:i + 1], vs[i:i + 1])[0]
+        assert np.array_equal(stacked[i], single)
+    assert (stacked >= 0).all()
+    assert (stacked == 0).any()  # the bound was active somewhere: the NNLS path ran
+    assert nnls_grams(ms[:0], vs[:0]).shape == (0, ms.shape[1])
+
+
+def test_stacked_solve_is_the_constrained_least_squares_minimiser() -> None:
+    rng = np.random.default_rng(4)
+    ms, vs = _systems(rng, 3, 5)
+    for m, v, sol in zip(ms, vs, nnls_grams(ms, vs), strict=True):
+        # KKT: gradient m·x − v is zero on the free unknowns and ≥ 0 on the bound ones
+        grad = m @ sol - v
+        free = sol > 1e-9
+        assert np.allclose(grad[free], 0.0, atol=1e-6 * np.abs(v).max())
+        assert (grad[~free] >= -1e-6 * np.abs(v).max()).all()
+        assert np.array_equal(sol, solve_gram(m, v, None, prior=(0 * m, 0 * v)))
+
+
+@pytest.mark.parametrize(("k", "block"), [(97, 10), (100, 10), (5, 10), (1, 1), (0, 4)])
+def test_block_statistics_sum_to_the_gram_matrix(k: int, block: int) -> None:
+    rng = np.random.default_rng(k)
+    x = rng.random((k, 4))
+    y = rng.random(k) * 100.0
+    a, nb = design_blocks(k, 5, block)
+    assert len(a) >= k and len(a) == nb * max(1, min(block, k)) and not a.any()
+    a[:k, 0] = 1.0
+    a[:k, 1:] = x
+    yy = np.zeros(len(a))
+    yy[:k] = y
+    gb, vb = block_stats(a, yy, nb)
+    assert gb.shape == (nb, 25) and vb.shape == (nb, 5)
+    m, v = gram(x, y)
+    assert np.allclose(gb.sum(axis=0).reshape(5, 5), m, rtol=1e-12, atol=1e-9)
+    assert np.allclose(vb.sum(axis=0), v, rtol=1e-12, atol=1e-9)
+
+
+def test_clusters_from_the_gram_matrix_are_the_batch_rule() -> None:
+    rng = np.random.default_rng(5)
+    n = 400
+    base = rng.random(n)
+    x = np.column_stack([
+        base,                                   # 0 ┐ collinear with each other
+        0.5 * base + rng.normal(0, 0.01, n),    # 1 ┘
+        rng.random(n),                          # 2 alone
+        np.zeros(n),                            # 3 never ran
+        np.full(n, 0.25),                       # 4 constant: no variance, no correlation
+        rng.random(n),                          # 5 ┐ collinear, but 6 has no exposure
+        rng.random(n),                          # 6 ┘ (made so below)
+        0.3 * base + 0.1,                       # 7 collinear with 0 and 1
+    ])
+    x[:, 6] = x[:, 5] * 0.9
+    exposure = x.sum(axis=0)
+    exposure[6] = 0.0
+    m, _ = gram(x, rng.random(n))
+    got = clusters_from_gram(m, exposure)
+    assert sorted(map(sorted, got)) == sorted(map(sorted, _clusters(x, exposure)))
+    assert sorted(map(sorted, got)) == [[0, 1, 7]]
+    # too few readings or groups: none, as the batch rule
+    assert clusters_from_gram(gram(x[:2], np.ones(2))[0], exposure) == []
+    assert clusters_from_gram(gram(x[:, :1], rng.random(n))[0], exposure[:1]) == []
