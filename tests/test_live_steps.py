@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_ring import StepRing
-from attribution.engine.live_steps import sorted_percentiles
 from attribution.sim import simulate
-from attribution.steps import step_times, summarize, with_energy
+from attribution.steps import percentiles, sorted_percentiles, step_times, summarize, with_energy
 
 
 def _same_times(ring: StepRing) -> None:
@@ -46,6 +45,16 @@ def test_sorted_percentiles_equal_numpy(values: list[float], dup: int) -> None:
     v = np.array(values + values[:dup])
     got = sorted_percentiles(np.sort(v))
     assert np.array_equal(got, np.percentile(v, [50, 95, 99]))
+    # unsorted, by one partition (what the per-step energies take every tick)
+    np.random.default_rng(dup).shuffle(v)
+    assert np.array_equal(percentiles(v), np.percentile(v, [50, 95, 99]))
+
+
+def test_percentiles_with_nan_or_nothing_are_numpys() -> None:
+    v = np.array([3.0, np.nan, 1.0])
+    assert np.isnan(percentiles(v)).all()
+    with pytest.raises(IndexError):  # as numpy's
+        percentiles(np.empty(0))
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -397,12 +397,13 @@ class LiveEngine:
             st.slabs.expire(lo)
             st.rows.expire(lo)
             st.tail_rows.expire(lo)
-            st.steps.expire(lo)
             # clock samples decide the clamp state of records the buffer still holds
             st.clock.expire(min(lo, self.now_ns - self.fit_span_ns - self.settle_ns
                                 - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
+        for st in self.dev.values():  # a step that starts before the window is out of it for
+            st.steps.expire(win[0])  # good (the window's start only moves on): one slice
         parts: list[DevicePart] = []
         for d in sorted(self.dev):
             st = self.dev[d]

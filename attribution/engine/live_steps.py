@@ -15,26 +15,7 @@ import numpy as np
 
 from attribution.model import F64
 from attribution.snapshot import Quantiles
-from attribution.steps import StepTimes
-
-_Q = np.array([50.0, 95.0, 99.0]) / 100.0
-
-
-def sorted_percentiles(s: F64) -> F64:
-    """``np.percentile(v, [50, 95, 99])`` (its default linear method) given ``s = sort(v)``
-    (non-empty, no NaN): the same virtual index, neighbours and interpolation, without the
-    partition."""
-    n = len(s)
-    virt = (n - 1) * _Q
-    prev = np.floor(virt)
-    top = virt >= n - 1
-    lo = np.where(top, n - 1, prev).astype(np.intp)
-    hi = np.where(top, n - 1, prev + 1).astype(np.intp)
-    gamma = virt - prev
-    a, b = s[lo], s[hi]
-    diff = b - a
-    out = a + diff * gamma
-    return np.asarray(np.where(gamma >= 0.5, b - diff * (1 - gamma), out), np.float64)
+from attribution.steps import StepTimes, sorted_percentiles
 
 
 class StepIndex:
