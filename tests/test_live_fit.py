@@ -102,3 +102,41 @@ def test_clusters_from_the_gram_matrix_are_the_batch_rule() -> None:
     # too few readings or groups: none, as the batch rule
     assert clusters_from_gram(gram(x[:2], np.ones(2))[0], exposure) == []
     assert clusters_from_gram(gram(x[:, :1], rng.random(n))[0], exposure[:1]) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_boot_pool_ring_keeps_the_last_replicates(seed: int) -> None:
+    """The pool's ring holds exactly the last ``n_boot`` replicates (units newer than a
+    replicate NaN in it), whatever the order it keeps them in: compared with a plain list."""
+    from attribution.engine.live_clamp import UnitMap
+    from attribution.engine.live_solve import BootPool
+
+    rng = np.random.default_rng(seed)
+    pool, model = BootPool(), []
+    units = 2
+    n_boot = 7 if seed < 2 else 3
+    for step in range(40):
+        units += int(rng.random() < 0.2)
+        k = 1 if step == 25 else int(rng.integers(0, 9))  # (the resize step: one new)
+        p = rng.random(k)
+        d = rng.random((k, units))
+        if step == 25:
+            n_boot += 4 if seed % 2 else -2  # a resize keeps the newest
+        pool.add(p, d, n_boot)
+        model += list(zip(p.tolist(), d, strict=True))
+        model = model[-n_boot:]
+        assert len(pool) == len(model)
+        if not model:
+            continue
+        time_s = rng.random(units) + 0.1
+        um = UnitMap(unit_class=np.arange(units), clamped=np.zeros(units, bool),
+                     labels=tuple(f"kernel:k{u}" for u in range(units)),
+                     source=(0,) * units, key=tuple((f"k{u}", "") for u in range(units)))
+        want = np.full((len(model), units), np.nan)
+        for i, (_, row) in enumerate(model):
+            want[i, :len(row)] = row * time_s[:len(row)]
+        got = pool.class_energy(time_s, um)
+        key = lambda a: sorted(map(tuple, np.nan_to_num(a, nan=-1.0).tolist()))  # noqa: E731
+        assert key(got) == key(want)
+        lo, hi = np.percentile([q for q, _ in model], [5.0, 95.0])
+        assert pool.p_idle_ci() == (lo, hi)

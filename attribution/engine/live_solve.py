@@ -12,7 +12,6 @@ The numerics (Gram NNLS, block bootstrap on sufficient statistics) are ``live_fi
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 
 import numpy as np
 
@@ -63,23 +62,41 @@ class DeviceFit:
 
 class BootPool:
     """The last ``n_boot`` bootstrap replicates of one device: P_idle and ΔP per unit (units
-    newer than a replicate are NaN in it)."""
+    newer than a replicate are NaN in it), in a ring of rows (the oldest overwritten; the
+    interval reads percentiles over the rows, which do not depend on their order)."""
 
     def __init__(self) -> None:
-        self.items: deque[tuple[float, F64]] = deque()
+        self._p: F64 = np.empty(0)
+        self._d: F64 = np.empty((0, 0))
+        self._n = 0  # rows filled
+        self._next = 0  # the row the next replicate goes to
+
+    def __len__(self) -> int:
+        return self._n
 
     def add(self, p_idle_w: F64, unit_dp_w: F64, n_boot: int) -> None:
-        for p, d in zip(p_idle_w.tolist(), unit_dp_w, strict=True):
-            self.items.append((p, d))
-        while len(self.items) > n_boot:
-            self.items.popleft()
+        units = unit_dp_w.shape[1]
+        if len(self._p) != n_boot or self._d.shape[1] < units:  # (re)size, newest rows kept
+            keep = np.roll(np.arange(len(self._p)), -self._next)[len(self._p) - self._n:]
+            keep = keep[max(0, len(keep) - n_boot):]
+            p = np.full(n_boot, np.nan)
+            d = np.full((n_boot, max(units, self._d.shape[1])), np.nan)
+            p[:len(keep)] = self._p[keep]
+            d[:len(keep), :self._d.shape[1]] = self._d[keep]
+            self._p, self._d, self._n = p, d, len(keep)
+            self._next = self._n % n_boot if n_boot else 0
+        for j in range(max(0, len(p_idle_w) - n_boot), len(p_idle_w)):  # the newest n_boot
+            self._p[self._next] = p_idle_w[j]
+            self._d[self._next, :units] = unit_dp_w[j]
+            self._d[self._next, units:] = np.nan
+            self._next = (self._next + 1) % n_boot
+            self._n = min(self._n + 1, n_boot)
 
     def class_energy(self, time_s: F64, um: UnitMap) -> F64:
         """(replicates, classes) dynamic energy; NaN where a replicate lacks a unit that ran."""
         n = len(time_s)
-        pool = np.full((len(self.items), n), np.nan)
-        for i, (_, d) in enumerate(self.items):
-            pool[i, :len(d)] = d[:n]
+        pool = self._d[:self._n, :n] if self._d.shape[1] >= n else np.pad(
+            self._d[:self._n], ((0, 0), (0, n - self._d.shape[1])), constant_values=np.nan)
         fin = np.isfinite(pool)
         e = um.to_classes(np.where(fin, pool, 0.0) * time_s)
         missing = um.to_classes((~fin & (time_s > 0)).astype(np.float64)) > 0
@@ -87,7 +104,7 @@ class BootPool:
         return e
 
     def p_idle_ci(self) -> tuple[float, float]:
-        lo, hi = np.percentile(np.array([p for p, _ in self.items]), [5.0, 95.0])
+        lo, hi = np.percentile(self._p[:self._n], [5.0, 95.0])
         return float(lo), float(hi)
 
 
