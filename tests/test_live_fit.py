@@ -144,3 +144,75 @@ def test_boot_pool_ring_keeps_the_last_replicates(seed: int) -> None:
         assert _rows(got) == _rows(want)
         lo, hi = np.percentile([q for q, _ in model], [5.0, 95.0])
         assert pool.p_idle_ci() == (lo, hi)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_units_to_classes_is_the_incidence_product(seed: int) -> None:
+    """Units → classes by layers equals the dense incidence product, to the bit, for a class
+    table with clamped units (two units per class), arrays narrower than the table, and
+    stacked rows."""
+    from attribution.engine.live_clamp import UnitMap
+
+    rng = np.random.default_rng(seed)
+    n_cls = 9
+    unit_class = np.r_[np.arange(n_cls), rng.choice(n_cls, 4, replace=False)]  # + clamped
+    rng.shuffle(unit_class)
+    um = UnitMap(unit_class=unit_class, clamped=np.zeros(len(unit_class), bool),
+                 labels=tuple(f"kernel:k{c}" for c in range(n_cls)), source=(0,) * n_cls,
+                 key=tuple((f"k{c}", "") for c in range(n_cls)))
+    onehot = np.zeros((len(unit_class), n_cls))
+    onehot[np.arange(len(unit_class)), unit_class] = 1.0
+    for shape in [(len(unit_class),), (5, len(unit_class)), (3, len(unit_class) - 3)]:
+        x = rng.normal(0.0, 1e3, shape)
+        want = x @ onehot[:shape[-1]]
+        got = um.to_classes(x)
+        assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_group_columns_are_the_incidence_product() -> None:
+    """Units → groups (33 groups: 32 of one unit, the last shared; units in no group) equals
+    the product with the incidence matrix: to the bit for single-unit groups, to rounding for
+    the shared one."""
+    from attribution.engine.live_fit import group_columns
+
+    rng = np.random.default_rng(9)
+    n_units, n_groups = 60, 33
+    group = np.full(n_units, -1, np.int32)
+    order = rng.permutation(n_units)[:50]
+    group[order] = np.minimum(np.arange(50), n_groups - 1)
+    x = rng.random((40, n_units))
+    onehot = np.zeros((n_units, n_groups))
+    onehot[np.flatnonzero(group >= 0), group[group >= 0]] = 1.0
+    want = x @ onehot
+    out = np.full((40, n_groups), np.nan)
+    group_columns(x, group, n_groups, out)
+    assert np.array_equal(out[:, :-1], want[:, :-1])
+    assert np.allclose(out[:, -1], want[:, -1], rtol=1e-13)
+    # a group with no unit in an array reduced before its units existed: zero
+    out2 = np.full((40, n_groups), np.nan)
+    group_columns(x[:, :10], group, n_groups, out2)
+    assert np.array_equal(out2, x[:, :10] @ onehot[:10])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pool_percentiles_are_numpys_per_column(seed: int) -> None:
+    """The interval's 5/95 % per class over the replicates that have it equal
+    ``np.percentile`` of each column's finite values, to the bit (columns full, partly NaN,
+    all NaN; ties; one replicate)."""
+    from attribution.engine.live_solve import _percentiles
+
+    rng = np.random.default_rng(seed)
+    n_rep = int(rng.choice([1, 2, 7, 100]))
+    e = rng.normal(50.0, 10.0, (n_rep, 12))
+    e[:, 3] = 4.0  # ties
+    e[rng.random(e.shape) < 0.3] = np.nan
+    e[:, 5] = np.nan
+    lo, hi, seen = _percentiles(e)
+    for c in range(e.shape[1]):
+        v = e[np.isfinite(e[:, c]), c]
+        assert seen[c] == len(v)
+        if len(v):
+            want = np.percentile(v, [5.0, 95.0])
+            assert lo[c] == want[0] and hi[c] == want[1]
+        else:
+            assert np.isnan(lo[c]) and np.isnan(hi[c])

@@ -33,22 +33,24 @@ from attribution.model import F64, I32, I64
 from attribution.presets import GpuPreset
 
 __all__ = ["COLLINEAR", "ClassVerdict", "block_stats", "bootstrap_blocks", "bootstrap_gram",
-           "design_blocks", "gram", "nnls_grams", "onehot", "prior_gram", "solve_gram",
-           "to_groups", "verdicts", "with_prior"]
+           "design_blocks", "gram", "group_columns", "nnls_grams", "prior_gram", "solve_gram",
+           "verdicts", "with_prior"]
 
 
-def onehot(group: I32, n_groups: int) -> F64:
-    """(units, groups) 0/1 matrix: column sums of a per-unit array are its group sums
-    (group −1: a unit in no group)."""
-    out = np.zeros((len(group), n_groups), np.float64)
-    ran = np.flatnonzero(group >= 0)
-    out[ran, group[ran]] = 1.0
-    return out
-
-
-def to_groups(x: F64, group: I32, n_groups: int) -> F64:
-    """Sum unit columns into group columns (group −1: dropped)."""
-    return np.asarray(x @ onehot(group, n_groups), np.float64)
+def group_columns(x: F64, group: I32, n_groups: int, out: F64) -> None:
+    """Unit columns of ``x`` summed into group columns (group −1: dropped), written into
+    ``out`` (rows × groups): a group of one unit (every group but the shared last one, at
+    most) is that unit's column, copied; a group of several is their sum.  (A product with
+    the (units × groups) incidence matrix gives the same values, up to the order of that sum,
+    at ~20x the cost with 500 units.)"""
+    ran = np.flatnonzero(group[:x.shape[1]] >= 0)
+    g = group[ran]
+    counts = np.bincount(g, minlength=n_groups)
+    single = counts[g] == 1
+    out[:, g[single]] = x[:, ran[single]]
+    out[:, counts == 0] = 0.0
+    for k in np.flatnonzero(counts > 1).tolist():
+        out[:, k] = x[:, ran[g == k]].sum(axis=1)
 
 
 def _nnls_gram(m: F64, v: F64) -> F64:

@@ -16,6 +16,7 @@ Owns:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -31,8 +32,19 @@ HOT_RATIO = 1.15
 MIN_SHARE = 0.005  # precision.fp32 only when these kernels hold at least this share
 
 
+@functools.lru_cache(maxsize=8192)
+def _tensor_core_name(name: str) -> bool:
+    return TENSOR_CORE.search(name) is not None
+
+
+@functools.lru_cache(maxsize=8192)
+def _matmul_name(name: str) -> bool:
+    """(Cached: a live view ranks the same few hundred kernel names every tick.)"""
+    return MATMUL.search(name) is not None
+
+
 def tensor_core(name: str, precision: str) -> bool:
-    return precision != "fp32" and TENSOR_CORE.search(name) is not None
+    return precision != "fp32" and _tensor_core_name(name)
 
 
 def precision_mix(kernels: tuple[KernelRow, ...]) -> list[dict[str, Any]]:
@@ -56,7 +68,7 @@ def precision_mix(kernels: tuple[KernelRow, ...]) -> list[dict[str, Any]]:
 
 def fp32_candidate(inp: RankInputs | RowInputs, mix: list[dict[str, Any]]) -> Candidate | None:
     rows = [k for k in inp.kernels
-            if (k.precision or precision_of(k.name)) == "fp32" and MATMUL.search(k.name)]
+            if (k.precision or precision_of(k.name)) == "fp32" and _matmul_name(k.name)]
     e_all = sum(k.energy_j for k in rows)
     if not rows or inp.total_j <= 0 or e_all < MIN_SHARE * inp.total_j:
         return None
