@@ -23,19 +23,32 @@ delay and however often the engine is polled.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
 from attribution.idle import idle_intervals
-from attribution.model import F64, I64, MarkerBatch, Trace
+from attribution.model import (
+    F64,
+    I64,
+    ApiBatch,
+    ClockBatch,
+    CopyBatch,
+    EnergyBatch,
+    KernelBatch,
+    MarkerBatch,
+    MemsetBatch,
+    PowerBatch,
+    StringTable,
+    Trace,
+)
 
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
@@ -45,50 +58,131 @@ GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
-def _first_start_ns(tr: Trace) -> int:
-    firsts = [int(getattr(tr, f).start_ns.min()) for f in _GPU if len(getattr(tr, f))]
-    return min(firsts) if firsts else np.iinfo(np.int64).max
+_BATCHES: dict[str, type[Columns]] = {
+    "kernels": KernelBatch, "copies": CopyBatch, "memsets": MemsetBatch, "apis": ApiBatch,
+    "markers": MarkerBatch}
+_NEVER = np.iinfo(np.int64).max
+
+
+def _first_start_ns(tr: Trace, kinds: tuple[str, ...]) -> int:
+    firsts = [int(getattr(tr, f).start_ns.min()) for f in kinds if len(getattr(tr, f))]
+    return min(firsts) if firsts else _NEVER
+
+
+class _Rows:
+    """One record batch's rows of every chunk held, in chunk order, in growable columns.
+
+    Rows are numbered from the first ever appended (``base`` is the number of the arrays'
+    first row), so a chunk's rows keep their numbers across compaction.  Appending writes past
+    the last row (a full array is replaced by a new one, twice the live rows, holding only the
+    live rows: amortised O(1) per row); pruning advances ``lo``.  An array is never written
+    where a row was already written, so the read-only views ``take`` hands out stay valid."""
+
+    def __init__(self, batch: type[Columns]) -> None:
+        self.batch = batch
+        self.cols = {k: np.empty(0, d) for k, d in batch.DTYPES.items()}
+        self.base = 0
+        self.lo = 0
+        self.hi = 0
+
+    @property
+    def end(self) -> int:
+        """The number the next row appended gets."""
+        return self.base + self.hi
+
+    def append(self, rows: Columns) -> None:
+        n = len(rows)
+        if not n:
+            return
+        cap = len(next(iter(self.cols.values())))
+        if self.hi + n > cap:
+            live = self.hi - self.lo
+            size = max(2 * (live + n), 1024)
+            for k, col in self.cols.items():
+                new = np.empty(size, col.dtype)
+                new[:live] = col[self.lo:self.hi]
+                self.cols[k] = new
+            self.base += self.lo
+            self.lo, self.hi = 0, live
+        for k, col in self.cols.items():
+            col[self.hi:self.hi + n] = getattr(rows, k)
+        self.hi += n
+
+    def drop_before(self, row: int) -> None:
+        self.lo = max(self.lo, min(row - self.base, self.hi))
+
+    def take(self, first: int, last: int, keep: npt.NDArray[np.bool_] | None = None) -> Any:
+        """Rows ``[first, last)`` (less those where ``keep`` is False), as one batch; read-only
+        views of the columns when nothing is left out."""
+        a, b = first - self.base, last - self.base
+        cols = {}
+        for k, col in self.cols.items():
+            v = col[a:b] if keep is None else col[a:b][keep]
+            v.flags.writeable = False
+            cols[k] = v
+        return self.batch(**cols)
 
 
 class ChunkBuffer:
-    """The update deltas the engine still needs, oldest first: ``(end_ns, trace)`` per update
-    (records that ended up to ``end_ns``), with the first GPU item start of each."""
+    """The update deltas the engine still needs, oldest first: per update, the records that
+    ended up to its ``end_ns`` (the engine's ``now``, non-decreasing), with the earliest start
+    among its GPU items and among its API calls and markers.
+
+    Each record batch is kept in one set of growable columns (:class:`_Rows`) with each chunk's
+    first row number, so ``recent`` hands out views of the rows it selects (a gather only
+    when a chunk it skips lies between two it reads) instead of concatenating chunks."""
 
     def __init__(self) -> None:
-        self._chunks: deque[tuple[int, int, Trace]] = deque()
-        self._marks = MarkerBatch.empty()  # every chunk's markers, in chunk order
-        self._mark_end = np.empty(0, np.int64)  # the end_ns of the chunk each came with
         self._strings = Trace().strings
+        self._reset()
+
+    def _reset(self) -> None:
+        self._rows = {f: _Rows(b) for f, b in _BATCHES.items()}
+        self._end = np.empty(0, np.int64)  # per chunk: end_ns
+        self._first = np.empty(0, np.int64)  # earliest GPU item start, else _NEVER
+        self._first_host = np.empty(0, np.int64)  # earliest API call or marker start
+        self._off = {f: np.zeros(1, np.int64) for f in _BATCHES}  # chunk i: rows [i, i+1)
+        self._chunk_strings: list[StringTable] = []
 
     def __len__(self) -> int:
-        return len(self._chunks)
+        return len(self._end)
 
     def __iter__(self) -> Iterator[tuple[int, Trace]]:
-        return ((end, tr) for end, _, tr in self._chunks)
+        for i in range(len(self)):
+            yield int(self._end[i]), self._trace(np.array([i]), ITEMS)
 
     def append(self, end_ns: int, items: Trace) -> None:
-        self._chunks.append((end_ns, _first_start_ns(items), items))
+        self._end = np.r_[self._end, np.int64(end_ns)]
+        self._first = np.r_[self._first, np.int64(_first_start_ns(items, _GPU))]
+        self._first_host = np.r_[self._first_host,
+                                 np.int64(_first_start_ns(items, ("apis", "markers")))]
+        for f, rows in self._rows.items():
+            rows.append(getattr(items, f))
+            self._off[f] = np.r_[self._off[f], np.int64(rows.end)]
+        self._chunk_strings.append(items.strings)
         self._strings = items.strings
-        if len(items.markers):  # few: kept concatenated so a reduction does not re-gather them
-            self._marks = MarkerBatch.concat([self._marks, items.markers])
-            self._mark_end = np.concatenate(
-                [self._mark_end, np.full(len(items.markers), end_ns, np.int64)])
 
     def clear(self) -> None:
-        self._chunks.clear()
-        self._marks, self._mark_end = MarkerBatch.empty(), np.empty(0, np.int64)
+        self._reset()
 
     def prune(self, keep_from_ns: int) -> None:
-        """Drop the chunks handed over before ``keep_from_ns``."""
-        while self._chunks and self._chunks[0][0] < keep_from_ns:
-            self._chunks.popleft()
-        cut = int(np.searchsorted(self._mark_end, keep_from_ns))
-        if cut:
-            self._marks, self._mark_end = self._marks.take(slice(cut, None)), self._mark_end[cut:]
+        """Drop the chunks handed over before ``keep_from_ns`` (the leading ones that ended
+        before it)."""
+        late = self._end >= keep_from_ns
+        cut = int(np.argmax(late)) if bool(late.any()) else len(late)
+        if not cut:
+            return
+        self._end, self._first = self._end[cut:], self._first[cut:]
+        self._first_host = self._first_host[cut:]
+        for f, rows in self._rows.items():
+            self._off[f] = self._off[f][cut:]
+            rows.drop_before(int(self._off[f][0]))
+        del self._chunk_strings[:cut]
 
     def markers(self) -> Trace:
         """Every marker the buffer holds (steps may be longer than a reduction's context)."""
-        return Trace(strings=self._strings, markers=self._marks)
+        rows = self._rows["markers"]
+        return Trace(strings=self._strings, markers=rows.take(rows.base + rows.lo, rows.end))
 
     def recent(self, since_ns: int, start_before_ns: int | None = None, *,
                kinds: tuple[str, ...] = ITEMS) -> Trace:
@@ -96,20 +190,39 @@ class ChunkBuffer:
         ``start_before_ns``, less the chunks whose GPU items all start at or after it and that
         hold no API call or marker starting before it (they cannot touch time before it).
         ``kinds``: the record batches gathered (``GPU_ITEMS``: what ``items_for_device``
-        reads; the others are left empty, not concatenated)."""
-        parts = []
-        for end, first, tr in self._chunks:
-            if end < since_ns:
-                continue
-            if start_before_ns is not None and first >= start_before_ns and not any(
-                    len(b) and int(b.start_ns.min()) < start_before_ns
-                    for b in (tr.apis, tr.markers)):
-                continue
-            parts.append(tr)
-        out = Trace(strings=parts[-1].strings) if parts else Trace()
+        reads; the others are left empty)."""
+        take = self._end >= since_ns
+        if start_before_ns is not None:
+            take &= (self._first < start_before_ns) | (self._first_host < start_before_ns)
+        idx = np.flatnonzero(take)
+        if not len(idx):
+            return Trace()
+        return self._trace(idx, kinds)
+
+    def _trace(self, idx: npt.NDArray[np.intp], kinds: tuple[str, ...]) -> Trace:
+        """The rows of chunks ``idx`` (ascending), in chunk order."""
+        i0, i1 = int(idx[0]), int(idx[-1]) + 1
+        parts: dict[str, Any] = dict(_EMPTY)
         for f in kinds:
-            setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
-        return out
+            off = self._off[f]
+            first, last = int(off[i0]), int(off[i1])
+            if len(idx) == i1 - i0:  # every chunk between the first and the last
+                parts[f] = self._rows[f].take(first, last)
+                continue
+            counts = np.diff(off[i0:i1 + 1])
+            inside = np.zeros(i1 - i0, bool)
+            inside[idx - i0] = True
+            if int(counts[inside].sum()) == last - first:  # the chunks skipped hold none
+                parts[f] = self._rows[f].take(first, last)
+            else:
+                parts[f] = self._rows[f].take(first, last, np.repeat(inside, counts))
+        return Trace(strings=self._chunk_strings[i1 - 1], **parts)
+
+
+_OTHERS: dict[str, type[Columns]] = {"power": PowerBatch, "energy": EnergyBatch,
+                                     "clocks": ClockBatch}
+_EMPTY: dict[str, Columns] = {f: b.empty() for f, b in {**_BATCHES, **_OTHERS}.items()}
+"""Shared empty batches for the kinds a ``recent`` trace leaves out (length 0: immutable)."""
 
 
 def _fsum(idx: npt.NDArray[np.integer[Any]], weights: F64, n: int) -> F64:
