@@ -322,7 +322,7 @@ def test_no_class_is_flagged_during_a_clamp_unless_the_batch_engine_flags_it() -
 def test_clock_log_applies_the_batch_clamp_rule() -> None:
     """Clock samples delivered in chunks (one late) give each item the clamp state the batch
     engine's ``clamped_items`` gives it from the whole log."""
-    from attribution.engine.clamp import clamped_items
+    from attribution.engine.clamp import clamped_items, nearest_clamped
     from attribution.engine.live_clamp import ClockLog
     from attribution.model import CLOCK_REASON_SW_POWER_CAP, ClockBatch
 
@@ -341,9 +341,17 @@ def test_clock_log_applies_the_batch_clamp_rule() -> None:
     want = clamped_items(Trace(clocks=full), 0, starts)
     assert 0 < int(want.sum()) < len(starts)
     assert np.array_equal(log.clamped_at(starts), want)
+    many = rng.integers(-2_000_000_000, 22_000_000_000, 5000).astype(np.int64)
+    want_many = clamped_items(Trace(clocks=full), 0, many)
+    assert np.array_equal(log.clamped_at(many), want_many)  # via the clamped spans
     log.expire(10_000_000_000)
     late = starts >= 11_000_000_000
     assert np.array_equal(log.clamped_at(starts[late]), want[late])
+    # the spans are rebuilt after the samples changed: the rule on the samples left
+    assert np.array_equal(log.clamped_at(many), nearest_clamped(log.t_ns, log.clamped, many))
+    log.add(ClockBatch.from_columns({"t_ns": [20_500_000_000], "device": [0],
+                                     "clock_reasons": [CLOCK_REASON_SW_POWER_CAP]}, 1), 0)
+    assert np.array_equal(log.clamped_at(many), nearest_clamped(log.t_ns, log.clamped, many))
 
 
 @pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "rtx3090"), ("demo", "rtx4090")])

@@ -23,7 +23,7 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL, Items
 from attribution.engine.build import rank_units
-from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS
+from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped
 from attribution.engine.live_ring import Classes
 from attribution.model import F64, I32, I64, B, ClockBatch
 
@@ -78,6 +78,8 @@ class ClockLog:
         if not self._n_clamped:
             return np.zeros(len(start_ns), bool)
         if self._edges is None:
+            if len(start_ns) < 8 * len(self.t_ns):  # a tick's records: not worth the spans
+                return nearest_clamped(self.t_ns, self.clamped, start_ns)
             self._edges = clamped_edges(self.t_ns, self.clamped)
         # one binary search per start into the few clamped spans, where the rule itself
         # (clamp.nearest_clamped) takes one into every sample and ~10 passes over the starts
