@@ -295,27 +295,28 @@ class QueryBusy:
     def __call__(self, t_ns: I64) -> F64:
         q, inv = np.unique(t_ns, return_inverse=True)
         k, n = len(q), self.n_cls
-        out = np.zeros((n, k + 1), np.float64)
-        if len(self.start_ns) and k:
-            base = int(q[0])
-            s = self.start_ns - base
-            e = s + self.dur_ns
-            qq = q - base
-            js = np.searchsorted(qq, s, side="right")  # first query after the start
-            je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
-            cell = self.cls * (k + 1)
-            size = n * (k + 1)
-            full = np.bincount(cell + je, weights=self.dur_ns.astype(np.float64),
-                               minlength=size)
-            open_n = (np.bincount(cell + js, minlength=size)
-                      - np.bincount(cell + je, minlength=size))
-            open_s = (np.bincount(cell + js, weights=s.astype(np.float64), minlength=size)
-                      - np.bincount(cell + je, weights=s.astype(np.float64), minlength=size))
-            busy = (np.cumsum(full.reshape(n, k + 1), axis=1)
-                    + np.cumsum(open_n.reshape(n, k + 1), axis=1) * np.r_[qq, 0]
-                    - np.cumsum(open_s.reshape(n, k + 1), axis=1))
-            out = busy * 1e-9
-        return np.ascontiguousarray(out[:, :k].T[inv.reshape(-1)])
+        if not (len(self.start_ns) and k):
+            return np.zeros((len(t_ns), n), np.float64)
+        base = int(q[0])
+        s = self.start_ns - base
+        e = s + self.dur_ns
+        qq = q - base
+        js = np.searchsorted(qq, s, side="right")  # first query after the start
+        je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
+        # B(q_j) = Σ_{je ≤ j} dur + Σ_{js ≤ j < je} (q_j − s) = A_j + N_j q_j with the running
+        # sums A (−s at js, +e at je) and N (+1 at js, −1 at je): one bincount each over
+        # (query, class) cells laid out query-major, so the rows come out without a
+        # transpose.  Every term is an integer below 2**53 in float64, so the sums are exact
+        # in any order and B is the same float as summing full/open terms apart.
+        at = np.concatenate([js, je]) * n + np.concatenate([self.cls, self.cls])
+        size = (k + 1) * n
+        a = np.bincount(at, weights=np.concatenate([-s, e]).astype(np.float64), minlength=size)
+        c = np.bincount(at, weights=np.concatenate([np.ones(len(s)), -np.ones(len(s))]),
+                        minlength=size)
+        busy: F64 = np.cumsum(a.reshape(k + 1, n)[:k], axis=0)
+        busy += np.cumsum(c.reshape(k + 1, n)[:k], axis=0) * qq[:, None].astype(np.float64)
+        np.multiply(busy, 1e-9, out=busy)
+        return np.ascontiguousarray(busy[inv.reshape(-1)])
 
 
 def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
