@@ -61,6 +61,7 @@ GPU_ITEMS = _GPU
 _BATCHES: dict[str, type[Columns]] = {
     "kernels": KernelBatch, "copies": CopyBatch, "memsets": MemsetBatch, "apis": ApiBatch,
     "markers": MarkerBatch}
+_KIND_COL = {f: i for i, f in enumerate(_BATCHES)}
 _NEVER = np.iinfo(np.int64).max
 
 
@@ -81,6 +82,7 @@ class _Rows:
     def __init__(self, batch: type[Columns]) -> None:
         self.batch = batch
         self.cols = {k: np.empty(0, d) for k, d in batch.DTYPES.items()}
+        self.ro = {k: _read_only(c) for k, c in self.cols.items()}  # what take slices
         self.base = 0
         self.lo = 0
         self.hi = 0
@@ -102,6 +104,7 @@ class _Rows:
                 new = np.empty(size, col.dtype)
                 new[:live] = col[self.lo:self.hi]
                 self.cols[k] = new
+                self.ro[k] = _read_only(new)
             self.base += self.lo
             self.lo, self.hi = 0, live
         for k, col in self.cols.items():
@@ -115,12 +118,15 @@ class _Rows:
         """Rows ``[first, last)`` (less those where ``keep`` is False), as one batch; read-only
         views of the columns when nothing is left out."""
         a, b = first - self.base, last - self.base
-        cols = {}
-        for k, col in self.cols.items():
-            v = col[a:b] if keep is None else col[a:b][keep]
-            v.flags.writeable = False
-            cols[k] = v
-        return self.batch(**cols)
+        if keep is None:
+            return self.batch(**{k: col[a:b] for k, col in self.ro.items()})
+        return self.batch(**{k: col[a:b][keep] for k, col in self.ro.items()})
+
+
+def _read_only(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 class ChunkBuffer:
@@ -138,27 +144,44 @@ class ChunkBuffer:
 
     def _reset(self) -> None:
         self._rows = {f: _Rows(b) for f, b in _BATCHES.items()}
-        self._end = np.empty(0, np.int64)  # per chunk: end_ns
-        self._first = np.empty(0, np.int64)  # earliest GPU item start, else _NEVER
-        self._first_host = np.empty(0, np.int64)  # earliest API call or marker start
-        self._off = {f: np.zeros(1, np.int64) for f in _BATCHES}  # chunk i: rows [i, i+1)
+        # per chunk (a row of _meta[_c0:_c1]): end_ns, the earliest GPU item start and the
+        # earliest API call or marker start (_NEVER when none), then per batch kind the
+        # number of its first row; the row after a chunk's last is the next chunk's first
+        self._meta = np.empty((64, 3 + len(_BATCHES)), np.int64)
+        self._c0 = self._c1 = 0
         self._chunk_strings: list[StringTable] = []
 
+    @property
+    def _end(self) -> I64:
+        return self._meta[self._c0:self._c1, 0]
+
+    def _off(self, f: str) -> I64:
+        """First row of each chunk of kind ``f``, and the row after the last chunk's."""
+        out = np.empty(len(self) + 1, np.int64)
+        out[:-1] = self._meta[self._c0:self._c1, 3 + _KIND_COL[f]]
+        out[-1] = self._rows[f].end
+        return out
+
     def __len__(self) -> int:
-        return len(self._end)
+        return self._c1 - self._c0
 
     def __iter__(self) -> Iterator[tuple[int, Trace]]:
         for i in range(len(self)):
             yield int(self._end[i]), self._trace(np.array([i]), ITEMS)
 
     def append(self, end_ns: int, items: Trace) -> None:
-        self._end = np.r_[self._end, np.int64(end_ns)]
-        self._first = np.r_[self._first, np.int64(_first_start_ns(items, _GPU))]
-        self._first_host = np.r_[self._first_host,
-                                 np.int64(_first_start_ns(items, ("apis", "markers")))]
+        if self._c1 == len(self._meta):  # full: the live chunks to the front, grown if half full
+            live = self._meta[self._c0:self._c1]
+            if 2 * len(live) > len(self._meta):
+                self._meta = np.empty((2 * len(self._meta), self._meta.shape[1]), np.int64)
+            self._meta[:len(live)] = live.copy()
+            self._c0, self._c1 = 0, len(live)
+        self._meta[self._c1] = (end_ns, _first_start_ns(items, _GPU),
+                                _first_start_ns(items, ("apis", "markers")),
+                                *(rows.end for rows in self._rows.values()))
+        self._c1 += 1
         for f, rows in self._rows.items():
             rows.append(getattr(items, f))
-            self._off[f] = np.r_[self._off[f], np.int64(rows.end)]
         self._chunk_strings.append(items.strings)
         self._strings = items.strings
 
@@ -172,11 +195,9 @@ class ChunkBuffer:
         cut = int(np.argmax(late)) if bool(late.any()) else len(late)
         if not cut:
             return
-        self._end, self._first = self._end[cut:], self._first[cut:]
-        self._first_host = self._first_host[cut:]
+        self._c0 += cut
         for f, rows in self._rows.items():
-            self._off[f] = self._off[f][cut:]
-            rows.drop_before(int(self._off[f][0]))
+            rows.drop_before(int(self._off(f)[0]))
         del self._chunk_strings[:cut]
 
     def markers(self) -> Trace:
@@ -191,9 +212,10 @@ class ChunkBuffer:
         hold no API call or marker starting before it (they cannot touch time before it).
         ``kinds``: the record batches gathered (``GPU_ITEMS``: what ``items_for_device``
         reads; the others are left empty)."""
-        take = self._end >= since_ns
+        meta = self._meta[self._c0:self._c1]
+        take = meta[:, 0] >= since_ns
         if start_before_ns is not None:
-            take &= (self._first < start_before_ns) | (self._first_host < start_before_ns)
+            take &= (meta[:, 1] < start_before_ns) | (meta[:, 2] < start_before_ns)
         idx = np.flatnonzero(take)
         if not len(idx):
             return Trace()
@@ -204,7 +226,7 @@ class ChunkBuffer:
         i0, i1 = int(idx[0]), int(idx[-1]) + 1
         parts: dict[str, Any] = dict(_EMPTY)
         for f in kinds:
-            off = self._off[f]
+            off = self._off(f)
             first, last = int(off[i0]), int(off[i1])
             if len(idx) == i1 - i0:  # every chunk between the first and the last
                 parts[f] = self._rows[f].take(first, last)
