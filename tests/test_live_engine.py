@@ -322,7 +322,7 @@ def test_no_class_is_flagged_during_a_clamp_unless_the_batch_engine_flags_it() -
 def test_clock_log_applies_the_batch_clamp_rule() -> None:
     """Clock samples delivered in chunks (one late) give each item the clamp state the batch
     engine's ``clamped_items`` gives it from the whole log."""
-    from attribution.engine.clamp import clamped_items
+    from attribution.engine.clamp import clamped_items, nearest_clamped
     from attribution.engine.live_clamp import ClockLog
     from attribution.model import CLOCK_REASON_SW_POWER_CAP, ClockBatch
 
@@ -341,9 +341,17 @@ def test_clock_log_applies_the_batch_clamp_rule() -> None:
     want = clamped_items(Trace(clocks=full), 0, starts)
     assert 0 < int(want.sum()) < len(starts)
     assert np.array_equal(log.clamped_at(starts), want)
+    many = rng.integers(-2_000_000_000, 22_000_000_000, 5000).astype(np.int64)
+    want_many = clamped_items(Trace(clocks=full), 0, many)
+    assert np.array_equal(log.clamped_at(many), want_many)  # via the clamped spans
     log.expire(10_000_000_000)
     late = starts >= 11_000_000_000
     assert np.array_equal(log.clamped_at(starts[late]), want[late])
+    # the spans are rebuilt after the samples changed: the rule on the samples left
+    assert np.array_equal(log.clamped_at(many), nearest_clamped(log.t_ns, log.clamped, many))
+    log.add(ClockBatch.from_columns({"t_ns": [20_500_000_000], "device": [0],
+                                     "clock_reasons": [CLOCK_REASON_SW_POWER_CAP]}, 1), 0)
+    assert np.array_equal(log.clamped_at(many), nearest_clamped(log.t_ns, log.clamped, many))
 
 
 @pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "rtx3090"), ("demo", "rtx4090")])
@@ -403,3 +411,26 @@ def test_deltas_partition_the_trace_by_completion() -> None:
         assert np.all((d.power.t_ns > a) & (d.power.t_ns <= b))
     assert sum(len(d.power) for d in got) == int(np.count_nonzero(
         (tr.power.t_ns > edges[0]) & (tr.power.t_ns <= edges[-1])))
+
+def test_clamped_edges_give_the_nearest_sample_rule_exactly() -> None:
+    """The clock log's span look-up against the rule it replaces (``nearest_clamped``) on
+    logs with repeated sample times, midpoints that fall on a nanosecond (ties) and gaps
+    longer than twice ``MAX_GAP_NS``, at starts on and around every edge."""
+    from attribution.engine.clamp import MAX_GAP_NS, nearest_clamped
+    from attribution.engine.live_clamp import clamped_edges
+
+    rng = np.random.default_rng(17)
+    g = MAX_GAP_NS
+    for _ in range(400):
+        n = int(rng.integers(1, 30))
+        steps = rng.choice(np.array([0, 1, 2, 3, g, 2 * g, 2 * g + 1, 3 * g, 700_000_001]), n)
+        t = (10 * g + np.cumsum(steps)).astype(np.int64)
+        clamp = rng.random(n) < rng.random()
+        edges = clamped_edges(t, clamp)
+        assert np.all(edges[1:] > edges[:-1])
+        probe = np.unique(np.concatenate([
+            t, t - 1, t + 1, t - g, t - g - 1, t + g, t + g + 1, (t[1:] + t[:-1]) // 2,
+            (t[1:] + t[:-1]) // 2 + 1, edges, edges - 1, edges + 1,
+            rng.integers(int(t[0]) - 3 * g, int(t[-1]) + 3 * g, 50)]))
+        got = np.searchsorted(edges, probe, side="right") % 2 == 1
+        assert np.array_equal(got, nearest_clamped(t, clamp, probe))

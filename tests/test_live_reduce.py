@@ -8,9 +8,16 @@ import numpy as np
 import pytest
 
 from attribution.engine.activity import BusyFunction
-from attribution.engine.live_reduce import ChunkBuffer, QueryBusy
+from attribution.engine.live_reduce import ITEMS, ChunkBuffer, QueryBusy
 from attribution.intsets import unique_inverse
-from attribution.model import KernelBatch, MarkerBatch, Trace
+from attribution.model import (
+    ApiBatch,
+    CopyBatch,
+    KernelBatch,
+    MarkerBatch,
+    MemsetBatch,
+    Trace,
+)
 
 
 def _items(rng: np.random.Generator, n: int, n_cls: int) -> tuple[np.ndarray, ...]:
@@ -35,6 +42,47 @@ def test_query_busy_differences_are_busy_function_differences() -> None:
         assert np.allclose(got[m:] - got[:m], ref[m:] - ref[:m], rtol=0, atol=1e-12)
         # busy time inside a window never exceeds the window times the instances
         assert np.all(got[m:] - got[:m] >= -1e-15)
+
+
+def _query_busy_apart(qb: QueryBusy, t_ns: np.ndarray) -> np.ndarray:
+    """``QueryBusy`` as first written: whole durations, open counts and open starts summed
+    apart per (class, query) cell, then combined."""
+    q, inv = np.unique(t_ns, return_inverse=True)
+    k, n = len(q), qb.n_cls
+    out = np.zeros((n, k + 1), np.float64)
+    if len(qb.start_ns) and k:
+        s = qb.start_ns - int(q[0])
+        qq = q - int(q[0])
+        js = np.searchsorted(qq, s, side="right")
+        je = np.maximum(np.searchsorted(qq, s + qb.dur_ns, side="left"), js)
+        cell, size = qb.cls * (k + 1), n * (k + 1)
+        full = np.bincount(cell + je, weights=qb.dur_ns.astype(np.float64), minlength=size)
+        open_n = np.bincount(cell + js, minlength=size) - np.bincount(cell + je, minlength=size)
+        open_s = (np.bincount(cell + js, weights=s.astype(np.float64), minlength=size)
+                  - np.bincount(cell + je, weights=s.astype(np.float64), minlength=size))
+        out = (np.cumsum(full.reshape(n, k + 1), axis=1)
+               + np.cumsum(open_n.reshape(n, k + 1), axis=1) * np.r_[qq, 0]
+               - np.cumsum(open_s.reshape(n, k + 1), axis=1)) * 1e-9
+    return np.ascontiguousarray(out[:, :k].T[inv.reshape(-1)])
+
+
+def test_query_busy_is_bit_identical_to_summing_the_terms_apart() -> None:
+    """Two running sums instead of three give the same floats (every term is an integer
+    below 2**53): epoch-scale times, items before and after every query, repeated and
+    edge-aligned queries, empty inputs."""
+    rng = np.random.default_rng(23)
+    for _ in range(200):
+        n, n_cls = int(rng.integers(0, 2000)), int(rng.integers(1, 20))
+        base = 1_764_000_000_000_000_000 + int(rng.integers(0, 10**12))
+        s = base + rng.integers(0, 30 * 10**9, n)
+        e = s + rng.integers(0, 10**8, n) * (rng.random(n) < 0.9)
+        qb = QueryBusy(s, e, rng.integers(0, n_cls, n), n_cls,
+                       need_from_ns=base + int(rng.integers(0, 10**10)))
+        t = base + rng.integers(5 * 10**9, 31 * 10**9, int(rng.integers(0, 400)))
+        t = np.r_[t, s[:5], e[:5], t[:3]]
+        got = qb(t)
+        assert got.shape == (len(t), n_cls)
+        assert np.array_equal(got, _query_busy_apart(qb, t))
 
 
 def test_query_busy_ignores_items_that_ended_before_it_is_asked() -> None:
@@ -84,6 +132,97 @@ def test_chunk_buffer_keeps_a_chunk_whose_markers_start_before_the_span() -> Non
     buf.append(6000, late)
     assert len(buf.recent(0, start_before_ns=1000).markers) == 1
     assert len(buf.markers().markers) == 1
+
+
+def _old_recent(chunks: list[tuple[int, Trace]], since: int, before: int | None,
+                kinds: tuple[str, ...]) -> Trace:
+    """The buffer's selection as it was first written: chunk by chunk, then concatenated."""
+    parts = []
+    for end, tr in chunks:
+        firsts = [int(getattr(tr, f).start_ns.min())
+                  for f in ("kernels", "copies", "memsets") if len(getattr(tr, f))]
+        first = min(firsts) if firsts else np.iinfo(np.int64).max
+        if end < since:
+            continue
+        if before is not None and first >= before and not any(
+                len(b) and int(b.start_ns.min()) < before for b in (tr.apis, tr.markers)):
+            continue
+        parts.append(tr)
+    out = Trace(strings=parts[-1].strings) if parts else Trace()
+    for f in kinds:
+        setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
+    return out
+
+
+def _random_chunk(rng: np.random.Generator, k: int) -> Trace:
+    """Chunk k of a stream: 0-60 kernels ending in [k, k+1) ms, some long; now and then a
+    chunk whose items all start late (so a selection skips it between two it reads), API
+    calls, markers, copies, or nothing at all."""
+    def batch(cls: type, n: int, late: bool) -> object:
+        e = np.sort(rng.integers(k * 1000, (k + 1) * 1000, n))
+        s = e - (rng.integers(0, 50, n) if late else rng.integers(0, 4000, n))
+        return cls.from_columns({"start_ns": s, "end_ns": e, "device": rng.integers(0, 2, n),
+                                 "name_id": rng.integers(0, 5, n), "bytes": rng.integers(
+                                     0, 99, n)}, n)
+    late = rng.random() < 0.3
+    n = 0 if rng.random() < 0.1 else int(rng.integers(1, 60))
+    return Trace(kernels=batch(KernelBatch, n, late),
+                 copies=batch(CopyBatch, int(rng.integers(0, 3)) * (rng.random() < 0.5), late),
+                 memsets=batch(MemsetBatch, int(rng.random() < 0.2), late),
+                 apis=batch(ApiBatch, int(rng.integers(0, 4)) * (rng.random() < 0.3), False),
+                 markers=batch(MarkerBatch, int(rng.random() < 0.15), False))
+
+
+def _same_trace(got: Trace, want: Trace, kinds: tuple[str, ...]) -> None:
+    assert got.strings is want.strings or (len(got.strings) == len(want.strings) == 0)
+    for f in ("kernels", "copies", "memsets", "apis", "markers"):
+        g, w = getattr(got, f), getattr(want, f)
+        if f not in kinds:
+            assert len(g) == 0
+            continue
+        for c in g.DTYPES:
+            assert np.array_equal(getattr(g, c), getattr(w, c), equal_nan=True), (f, c)
+
+
+def test_chunk_buffer_selects_what_concatenating_the_chunks_selected() -> None:
+    """Views of the growable columns hold exactly the records, in the same order, that
+    concatenating the chosen chunks gave: spans that skip chunks in their middle, after
+    pruning, and across the columns' compaction (views handed out before it stay valid)."""
+    rng = np.random.default_rng(7)
+    strings = Trace().strings
+    buf, chunks = ChunkBuffer(), []
+    held: list[tuple[Trace, Trace]] = []
+    gathered = 0
+    for k in range(300):
+        tr = _random_chunk(rng, k)
+        tr.strings = strings
+        buf.append((k + 1) * 1000, tr)
+        chunks.append(((k + 1) * 1000, tr))
+        if k % 7 == 3 and k > 100:  # a bounded span (after growing past 64 chunks)
+            keep = (k + 1 - int(rng.integers(5, 40))) * 1000
+            buf.prune(keep)
+            while chunks and chunks[0][0] < keep:
+                chunks.pop(0)
+        assert len(buf) == len(chunks)
+        for _ in range(3):
+            since = (k - int(rng.integers(-1, 45))) * 1000 + int(rng.integers(0, 1000))
+            before = None if rng.random() < 0.3 else since + int(rng.integers(0, 30_000))
+            kinds = ("kernels", "copies", "memsets") if rng.random() < 0.3 else ITEMS
+            got = buf.recent(since, before, kinds=kinds)
+            want = _old_recent(chunks, since, before, kinds)
+            _same_trace(got, want, kinds)
+            if len(got.kernels) and got.kernels.start_ns.base is None:
+                gathered += 1
+            if rng.random() < 0.05:
+                held.append((got, want))
+        _same_trace(buf.markers(), Trace(strings=strings, markers=MarkerBatch.concat(
+            [tr.markers for _, tr in chunks])), ("markers",))
+    for got, want in held:  # appends and compactions since did not touch them
+        _same_trace(got, want, ITEMS)
+    assert gathered  # some selections skipped a chunk between two they read
+    assert [end for end, _ in buf] == [end for end, _ in chunks]
+    buf.clear()
+    assert len(buf) == 0 and len(buf.recent(0).kernels) == 0
 
 
 def test_panel_key_unique_is_numpys() -> None:

@@ -271,8 +271,12 @@ class LiveEngine:
         unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
         ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
         group, n_groups = unit_groups(ct, st.units.of(st.classes))
-        ran = group[unit] >= 0
-        busy = BusyFunction(s[ran], e[ran], group[unit][ran], n_groups, origin_ns=lo)
+        gu = group[unit]
+        ran = gu >= 0
+        if bool(ran.all()):  # every unit ran in the span (the common case): no copies
+            busy = BusyFunction(s, e, gu, n_groups, origin_ns=lo)
+        else:
+            busy = BusyFunction(s[ran], e[ran], gu[ran], n_groups, origin_ns=lo)
         if st.source == "measured" and not st.fitted:
             st.window_ms = _fit_window(busy, t_all, y_all, st.period_ms, (lo, upto))
             st.source = "measured+fitted"

@@ -23,7 +23,7 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL, Items
 from attribution.engine.build import rank_units
-from attribution.engine.clamp import CLAMP_MASK, nearest_clamped
+from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped
 from attribution.engine.live_ring import Classes
 from attribution.model import F64, I32, I64, B, ClockBatch
 
@@ -39,6 +39,7 @@ class ClockLog:
         self.t_ns = np.empty(0, np.int64)
         self.clamped = np.empty(0, bool)
         self._n_clamped = 0
+        self._edges: I64 | None = None  # clamped_edges of the samples, built when asked
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -62,6 +63,7 @@ class ClockLog:
             t_all, c_all = t_all[order], c_all[order]
         self.t_ns, self.clamped = t_all, c_all
         self._n_clamped = int(c_all.sum())
+        self._edges = None
 
     def expire(self, before_ns: int) -> None:
         """Drop the samples taken before ``before_ns``."""
@@ -69,12 +71,59 @@ class ClockLog:
         if i:
             self._n_clamped -= int(self.clamped[:i].sum())
             self.t_ns, self.clamped = self.t_ns[i:], self.clamped[i:]
+            self._edges = None
 
     def clamped_at(self, start_ns: I64) -> B:
         """Whether the nearest sample (within 1 s) to each start carries a clamp reason."""
         if not self._n_clamped:
             return np.zeros(len(start_ns), bool)
-        return nearest_clamped(self.t_ns, self.clamped, start_ns)
+        if self._edges is None:
+            if len(start_ns) < 8 * len(self.t_ns):  # a tick's records: not worth the spans
+                return nearest_clamped(self.t_ns, self.clamped, start_ns)
+            self._edges = clamped_edges(self.t_ns, self.clamped)
+        # one binary search per start into the few clamped spans, where the rule itself
+        # (clamp.nearest_clamped) takes one into every sample and ~10 passes over the starts
+        return np.asarray(np.searchsorted(self._edges, start_ns, side="right") % 2 == 1)
+
+
+def clamped_edges(t_ns: I64, clamp: B) -> I64:
+    """The start times :func:`~attribution.engine.clamp.nearest_clamped` calls clamped, as
+    the edges ``[lo_0, hi_0, lo_1, hi_1, ...]`` (strictly increasing) of half-open spans
+    ``[lo_i, hi_i)``: a start is clamped iff ``searchsorted(edges, start, "right")`` is odd.
+
+    Between two distinct sample times ``t[k−1] < t[k]`` the rule picks the last sample at
+    ``t[k−1]`` for starts ``s ≤ ⌊(t[k−1] + t[k]) / 2⌋`` (ties go to the earlier one) and the
+    first at ``t[k]`` above; at or before the first time, the first sample; after the last
+    time, the last sample; a pick further than ``MAX_GAP_NS`` says no.  Each piece is one
+    integer span (closed spans ``[lo, hi]``, written half-open as ``[lo, hi + 1)``), in time
+    order; touching spans are merged so that no edge repeats."""
+    n = len(t_ns)
+    if n == 0 or not bool(clamp.any()):
+        return np.empty(0, np.int64)
+    t = np.asarray(t_ns, np.int64)
+    k = np.flatnonzero(t[1:] > t[:-1]) + 1  # t[k-1] < t[k]
+    a, b = t[k - 1], t[k]
+    mid = (a + b) // 2
+    gap = np.int64(MAX_GAP_NS)
+    # per piece, in time order: before the first time, then (below mid, above mid) per gap,
+    # then after the last time
+    lo = np.empty(2 * len(k) + 2, np.int64)
+    hi = np.empty(2 * len(k) + 2, np.int64)
+    on = np.empty(2 * len(k) + 2, bool)
+    lo[0], hi[0], on[0] = t[0] - gap, t[0], clamp[0]
+    lo[1:-1:2], hi[1:-1:2], on[1:-1:2] = a + 1, np.minimum(mid, a + gap), clamp[k - 1]
+    lo[2:-1:2], hi[2:-1:2], on[2:-1:2] = np.maximum(mid + 1, b - gap), b, clamp[k]
+    lo[-1], hi[-1], on[-1] = t[-1] + 1, t[-1] + gap, clamp[-1]
+    keep = on & (hi >= lo)
+    lo, hi = lo[keep], hi[keep] + 1
+    if not len(lo):
+        return np.empty(0, np.int64)
+    join = np.flatnonzero(hi[:-1] == lo[1:])  # span i ends where span i + 1 starts
+    lo = np.delete(lo, join + 1)
+    hi = np.delete(hi, join)
+    edges = np.empty(2 * len(lo), np.int64)
+    edges[0::2], edges[1::2] = lo, hi
+    return edges
 
 
 def unit_ids(classes: Classes, it: Items, clamped: B) -> I64:
@@ -87,13 +136,14 @@ def unit_ids(classes: Classes, it: Items, clamped: B) -> I64:
     m = clamped & (it.source == KERNEL)
     if not bool(m.any()):
         return out
-    present = np.unique(it.cls[m])
+    cm = it.cls[m]
+    present = np.flatnonzero(np.bincount(cm, minlength=len(it.labels)))  # np.unique's
     units = classes.lut(tuple(it.labels[c] + CLAMPED_SUFFIX for c in present.tolist()),
                         tuple(it.class_source[c] for c in present.tolist()),
                         tuple(it.class_key[c] for c in present.tolist()))
     full = np.zeros(len(it.labels), np.int64)
     full[present] = units
-    out[m] = full[it.cls[m]]
+    out[m] = full[cm]
     return out
 
 

@@ -23,19 +23,32 @@ delay and however often the engine is polled.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
 from attribution.idle import idle_intervals
-from attribution.model import F64, I64, MarkerBatch, Trace
+from attribution.model import (
+    F64,
+    I64,
+    ApiBatch,
+    ClockBatch,
+    CopyBatch,
+    EnergyBatch,
+    KernelBatch,
+    MarkerBatch,
+    MemsetBatch,
+    PowerBatch,
+    StringTable,
+    Trace,
+)
 
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
@@ -45,50 +58,152 @@ GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
-def _first_start_ns(tr: Trace) -> int:
-    firsts = [int(getattr(tr, f).start_ns.min()) for f in _GPU if len(getattr(tr, f))]
-    return min(firsts) if firsts else np.iinfo(np.int64).max
+_BATCHES: dict[str, type[Columns]] = {
+    "kernels": KernelBatch, "copies": CopyBatch, "memsets": MemsetBatch, "apis": ApiBatch,
+    "markers": MarkerBatch}
+_KIND_COL = {f: i for i, f in enumerate(_BATCHES)}
+_NEVER = np.iinfo(np.int64).max
+
+
+def _first_start_ns(tr: Trace, kinds: tuple[str, ...]) -> int:
+    firsts = [int(getattr(tr, f).start_ns.min()) for f in kinds if len(getattr(tr, f))]
+    return min(firsts) if firsts else _NEVER
+
+
+class _Rows:
+    """One record batch's rows of every chunk held, in chunk order, in growable columns.
+
+    Rows are numbered from the first ever appended (``base`` is the number of the arrays'
+    first row), so a chunk's rows keep their numbers across compaction.  Appending writes past
+    the last row (a full array is replaced by a new one, twice the live rows, holding only the
+    live rows: amortised O(1) per row); pruning advances ``lo``.  An array is never written
+    where a row was already written, so the read-only views ``take`` hands out stay valid."""
+
+    def __init__(self, batch: type[Columns]) -> None:
+        self.batch = batch
+        self.cols = {k: np.empty(0, d) for k, d in batch.DTYPES.items()}
+        self.ro = {k: _read_only(c) for k, c in self.cols.items()}  # what take slices
+        self.base = 0
+        self.lo = 0
+        self.hi = 0
+
+    @property
+    def end(self) -> int:
+        """The number the next row appended gets."""
+        return self.base + self.hi
+
+    def append(self, rows: Columns) -> None:
+        n = len(rows)
+        if not n:
+            return
+        cap = len(next(iter(self.cols.values())))
+        if self.hi + n > cap:
+            live = self.hi - self.lo
+            size = max(2 * (live + n), 1024)
+            for k, col in self.cols.items():
+                new = np.empty(size, col.dtype)
+                new[:live] = col[self.lo:self.hi]
+                self.cols[k] = new
+                self.ro[k] = _read_only(new)
+            self.base += self.lo
+            self.lo, self.hi = 0, live
+        for k, col in self.cols.items():
+            col[self.hi:self.hi + n] = getattr(rows, k)
+        self.hi += n
+
+    def drop_before(self, row: int) -> None:
+        self.lo = max(self.lo, min(row - self.base, self.hi))
+
+    def take(self, first: int, last: int, keep: npt.NDArray[np.bool_] | None = None) -> Any:
+        """Rows ``[first, last)`` (less those where ``keep`` is False), as one batch; read-only
+        views of the columns when nothing is left out."""
+        a, b = first - self.base, last - self.base
+        if keep is None:
+            return self.batch(**{k: col[a:b] for k, col in self.ro.items()})
+        return self.batch(**{k: col[a:b][keep] for k, col in self.ro.items()})
+
+
+def _read_only(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 class ChunkBuffer:
-    """The update deltas the engine still needs, oldest first: ``(end_ns, trace)`` per update
-    (records that ended up to ``end_ns``), with the first GPU item start of each."""
+    """The update deltas the engine still needs, oldest first: per update, the records that
+    ended up to its ``end_ns`` (the engine's ``now``, non-decreasing), with the earliest start
+    among its GPU items and among its API calls and markers.
+
+    Each record batch is kept in one set of growable columns (:class:`_Rows`) with each chunk's
+    first row number, so ``recent`` hands out views of the rows it selects (a gather only
+    when a chunk it skips lies between two it reads) instead of concatenating chunks."""
 
     def __init__(self) -> None:
-        self._chunks: deque[tuple[int, int, Trace]] = deque()
-        self._marks = MarkerBatch.empty()  # every chunk's markers, in chunk order
-        self._mark_end = np.empty(0, np.int64)  # the end_ns of the chunk each came with
         self._strings = Trace().strings
+        self._reset()
+
+    def _reset(self) -> None:
+        self._rows = {f: _Rows(b) for f, b in _BATCHES.items()}
+        # per chunk (a row of _meta[_c0:_c1]): end_ns, the earliest GPU item start and the
+        # earliest API call or marker start (_NEVER when none), then per batch kind the
+        # number of its first row; the row after a chunk's last is the next chunk's first
+        self._meta = np.empty((64, 3 + len(_BATCHES)), np.int64)
+        self._c0 = self._c1 = 0
+        self._chunk_strings: list[StringTable] = []
+
+    @property
+    def _end(self) -> I64:
+        return self._meta[self._c0:self._c1, 0]
+
+    def _off(self, f: str) -> I64:
+        """First row of each chunk of kind ``f``, and the row after the last chunk's."""
+        out = np.empty(len(self) + 1, np.int64)
+        out[:-1] = self._meta[self._c0:self._c1, 3 + _KIND_COL[f]]
+        out[-1] = self._rows[f].end
+        return out
 
     def __len__(self) -> int:
-        return len(self._chunks)
+        return self._c1 - self._c0
 
     def __iter__(self) -> Iterator[tuple[int, Trace]]:
-        return ((end, tr) for end, _, tr in self._chunks)
+        for i in range(len(self)):
+            yield int(self._end[i]), self._trace(np.array([i]), ITEMS)
 
     def append(self, end_ns: int, items: Trace) -> None:
-        self._chunks.append((end_ns, _first_start_ns(items), items))
+        if self._c1 == len(self._meta):  # full: the live chunks to the front, grown if half full
+            live = self._meta[self._c0:self._c1]
+            if 2 * len(live) > len(self._meta):
+                self._meta = np.empty((2 * len(self._meta), self._meta.shape[1]), np.int64)
+            self._meta[:len(live)] = live.copy()
+            self._c0, self._c1 = 0, len(live)
+        self._meta[self._c1] = (end_ns, _first_start_ns(items, _GPU),
+                                _first_start_ns(items, ("apis", "markers")),
+                                *(rows.end for rows in self._rows.values()))
+        self._c1 += 1
+        for f, rows in self._rows.items():
+            rows.append(getattr(items, f))
+        self._chunk_strings.append(items.strings)
         self._strings = items.strings
-        if len(items.markers):  # few: kept concatenated so a reduction does not re-gather them
-            self._marks = MarkerBatch.concat([self._marks, items.markers])
-            self._mark_end = np.concatenate(
-                [self._mark_end, np.full(len(items.markers), end_ns, np.int64)])
 
     def clear(self) -> None:
-        self._chunks.clear()
-        self._marks, self._mark_end = MarkerBatch.empty(), np.empty(0, np.int64)
+        self._reset()
 
     def prune(self, keep_from_ns: int) -> None:
-        """Drop the chunks handed over before ``keep_from_ns``."""
-        while self._chunks and self._chunks[0][0] < keep_from_ns:
-            self._chunks.popleft()
-        cut = int(np.searchsorted(self._mark_end, keep_from_ns))
-        if cut:
-            self._marks, self._mark_end = self._marks.take(slice(cut, None)), self._mark_end[cut:]
+        """Drop the chunks handed over before ``keep_from_ns`` (the leading ones that ended
+        before it)."""
+        late = self._end >= keep_from_ns
+        cut = int(np.argmax(late)) if bool(late.any()) else len(late)
+        if not cut:
+            return
+        self._c0 += cut
+        for f, rows in self._rows.items():
+            rows.drop_before(int(self._off(f)[0]))
+        del self._chunk_strings[:cut]
 
     def markers(self) -> Trace:
         """Every marker the buffer holds (steps may be longer than a reduction's context)."""
-        return Trace(strings=self._strings, markers=self._marks)
+        rows = self._rows["markers"]
+        return Trace(strings=self._strings, markers=rows.take(rows.base + rows.lo, rows.end))
 
     def recent(self, since_ns: int, start_before_ns: int | None = None, *,
                kinds: tuple[str, ...] = ITEMS) -> Trace:
@@ -96,20 +211,40 @@ class ChunkBuffer:
         ``start_before_ns``, less the chunks whose GPU items all start at or after it and that
         hold no API call or marker starting before it (they cannot touch time before it).
         ``kinds``: the record batches gathered (``GPU_ITEMS``: what ``items_for_device``
-        reads; the others are left empty, not concatenated)."""
-        parts = []
-        for end, first, tr in self._chunks:
-            if end < since_ns:
-                continue
-            if start_before_ns is not None and first >= start_before_ns and not any(
-                    len(b) and int(b.start_ns.min()) < start_before_ns
-                    for b in (tr.apis, tr.markers)):
-                continue
-            parts.append(tr)
-        out = Trace(strings=parts[-1].strings) if parts else Trace()
+        reads; the others are left empty)."""
+        meta = self._meta[self._c0:self._c1]
+        take = meta[:, 0] >= since_ns
+        if start_before_ns is not None:
+            take &= (meta[:, 1] < start_before_ns) | (meta[:, 2] < start_before_ns)
+        idx = np.flatnonzero(take)
+        if not len(idx):
+            return Trace()
+        return self._trace(idx, kinds)
+
+    def _trace(self, idx: npt.NDArray[np.intp], kinds: tuple[str, ...]) -> Trace:
+        """The rows of chunks ``idx`` (ascending), in chunk order."""
+        i0, i1 = int(idx[0]), int(idx[-1]) + 1
+        parts: dict[str, Any] = dict(_EMPTY)
         for f in kinds:
-            setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
-        return out
+            off = self._off(f)
+            first, last = int(off[i0]), int(off[i1])
+            if len(idx) == i1 - i0:  # every chunk between the first and the last
+                parts[f] = self._rows[f].take(first, last)
+                continue
+            counts = np.diff(off[i0:i1 + 1])
+            inside = np.zeros(i1 - i0, bool)
+            inside[idx - i0] = True
+            if int(counts[inside].sum()) == last - first:  # the chunks skipped hold none
+                parts[f] = self._rows[f].take(first, last)
+            else:
+                parts[f] = self._rows[f].take(first, last, np.repeat(inside, counts))
+        return Trace(strings=self._chunk_strings[i1 - 1], **parts)
+
+
+_OTHERS: dict[str, type[Columns]] = {"power": PowerBatch, "energy": EnergyBatch,
+                                     "clocks": ClockBatch}
+_EMPTY: dict[str, Columns] = {f: b.empty() for f, b in {**_BATCHES, **_OTHERS}.items()}
+"""Shared empty batches for the kinds a ``recent`` trace leaves out (length 0: immutable)."""
 
 
 def _fsum(idx: npt.NDArray[np.integer[Any]], weights: F64, n: int) -> F64:
@@ -182,27 +317,28 @@ class QueryBusy:
     def __call__(self, t_ns: I64) -> F64:
         q, inv = np.unique(t_ns, return_inverse=True)
         k, n = len(q), self.n_cls
-        out = np.zeros((n, k + 1), np.float64)
-        if len(self.start_ns) and k:
-            base = int(q[0])
-            s = self.start_ns - base
-            e = s + self.dur_ns
-            qq = q - base
-            js = np.searchsorted(qq, s, side="right")  # first query after the start
-            je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
-            cell = self.cls * (k + 1)
-            size = n * (k + 1)
-            full = np.bincount(cell + je, weights=self.dur_ns.astype(np.float64),
-                               minlength=size)
-            open_n = (np.bincount(cell + js, minlength=size)
-                      - np.bincount(cell + je, minlength=size))
-            open_s = (np.bincount(cell + js, weights=s.astype(np.float64), minlength=size)
-                      - np.bincount(cell + je, weights=s.astype(np.float64), minlength=size))
-            busy = (np.cumsum(full.reshape(n, k + 1), axis=1)
-                    + np.cumsum(open_n.reshape(n, k + 1), axis=1) * np.r_[qq, 0]
-                    - np.cumsum(open_s.reshape(n, k + 1), axis=1))
-            out = busy * 1e-9
-        return np.ascontiguousarray(out[:, :k].T[inv.reshape(-1)])
+        if not (len(self.start_ns) and k):
+            return np.zeros((len(t_ns), n), np.float64)
+        base = int(q[0])
+        s = self.start_ns - base
+        e = s + self.dur_ns
+        qq = q - base
+        js = np.searchsorted(qq, s, side="right")  # first query after the start
+        je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
+        # B(q_j) = Σ_{je ≤ j} dur + Σ_{js ≤ j < je} (q_j − s) = A_j + N_j q_j with the running
+        # sums A (−s at js, +e at je) and N (+1 at js, −1 at je): one bincount each over
+        # (query, class) cells laid out query-major, so the rows come out without a
+        # transpose.  Every term is an integer below 2**53 in float64, so the sums are exact
+        # in any order and B is the same float as summing full/open terms apart.
+        at = np.concatenate([js, je]) * n + np.concatenate([self.cls, self.cls])
+        size = (k + 1) * n
+        a = np.bincount(at, weights=np.concatenate([-s, e]).astype(np.float64), minlength=size)
+        c = np.bincount(at, weights=np.concatenate([np.ones(len(s)), -np.ones(len(s))]),
+                        minlength=size)
+        busy: F64 = np.cumsum(a.reshape(k + 1, n)[:k], axis=0)
+        busy += np.cumsum(c.reshape(k + 1, n)[:k], axis=0) * qq[:, None].astype(np.float64)
+        np.multiply(busy, 1e-9, out=busy)
+        return np.ascontiguousarray(busy[inv.reshape(-1)])
 
 
 def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
