@@ -1,0 +1,128 @@
+"""Live tick of this checkout against another checkout's, tick by tick in lockstep.
+
+Owns the A/B live-tick benchmark.  The shared VM's speed moves by 2x within a minute, so two
+``live_tick.py`` runs one after the other compare the machine's phases as much as the code.
+Here two worker processes -- this checkout and ``--baseline`` (another checkout of the
+project, e.g. ``git worktree add --detach ../ref <commit>``) -- each simulate the same run and
+feed their own :class:`~attribution.engine.live.LiveEngine` to a full horizon; then the
+driver has them run the measured ticks alternately (tick k: one worker, then the other; the
+order flips every tick), so each pair of ticks sees the same phase of the machine.  Each tick
+is timed in the worker's own thread CPU time (``update`` + ``snapshot``).
+
+Prints per side p50/p99/max over the measured ticks and, side by side, the ratios of the p50
+and p99 and the median of the per-tick ratios (this checkout / baseline).
+
+Run: ``python benchmarks/live_tick_ab.py --baseline ../ref [--scenario demo --gpu h100
+--horizon 300 --measure 60]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+WORKER = r"""
+import sys, time
+from attribution.engine.deltas import Deltas
+from attribution.engine.live import LiveEngine
+from attribution.sim import simulate
+
+scenario, gpu, horizon, measure, tick = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:6])
+tr = simulate(scenario=scenario, gpu=gpu, seconds=horizon + measure + 1, seed=0).trace
+span = tr.gpu_span_ns()
+deltas = Deltas(tr)
+eng = LiveEngine(devices=tr.devices, horizon_s=horizon, n_boot=100)
+tick_ns = int(tick * 1e9)
+full_ns = span[0] + int((horizon + 1.0) * 1e9)
+prev, now = span[0] - 1, span[0]
+while now < full_ns:  # fill the horizon, untimed
+    now = min(now + tick_ns, span[1])
+    eng.update(deltas.between(prev, now), now)
+    eng.snapshot()
+    prev = now
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() != "tick" or now >= span[1]:
+        print("done", flush=True)
+        break
+    now = min(now + tick_ns, span[1])
+    d = deltas.between(prev, now)
+    c0 = time.thread_time()
+    eng.update(d, now)
+    eng.snapshot()
+    print(f"{time.thread_time() - c0:.9f}", flush=True)
+    prev = now
+"""
+
+
+def _spawn(root: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, args.scenario, args.gpu, str(args.horizon),
+         str(args.measure), str(args.tick)],
+        cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _ask(p: subprocess.Popen[str]) -> float | None:
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write("tick\n")
+    p.stdin.flush()
+    out = p.stdout.readline().strip()
+    return None if out in ("done", "") else float(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=Path, required=True,
+                    help="another checkout of the project (its root directory)")
+    ap.add_argument("--scenario", default="demo")
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--horizon", type=float, default=300.0)
+    ap.add_argument("--measure", type=float, default=60.0)
+    ap.add_argument("--tick", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    here = Path(__file__).resolve().parent.parent
+    base = args.baseline.resolve()
+    if not (base / "attribution" / "engine" / "live.py").is_file():
+        print(f"live_tick_ab: error: {base} is not a checkout of this project", file=sys.stderr)
+        return 2
+    procs = {"this": _spawn(here, args), "baseline": _spawn(base, args)}
+    for p in procs.values():  # both fill their horizon at once (2 cores), then wait
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            print("live_tick_ab: error: a worker failed to start", file=sys.stderr)
+            return 2
+    times: dict[str, list[float]] = {"this": [], "baseline": []}
+    load0 = os.getloadavg()[0]
+    k = 0
+    while True:
+        order = ("this", "baseline") if k % 2 == 0 else ("baseline", "this")
+        got = {name: _ask(procs[name]) for name in order}
+        if any(v is None for v in got.values()):
+            break
+        for name, v in got.items():
+            assert v is not None
+            times[name].append(v * 1e3)
+        k += 1
+    for p in procs.values():
+        p.kill()
+    a, b = np.array(times["this"]), np.array(times["baseline"])
+    print(f"{args.scenario} on {args.gpu}, {args.horizon:.0f} s horizon, {len(a)} tick pairs in "
+          f"lockstep (thread CPU of update + snapshot); load average {load0:.1f} -> "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    for name, v in (("this", a), (f"baseline {base.name}", b)):
+        print(f"  {name:<22} p50 {np.percentile(v, 50):5.1f} ms, p99 {np.percentile(v, 99):5.1f}"
+              f" ms, max {v.max():5.1f} ms")
+    print(f"  this / baseline: p50 {np.percentile(a, 50) / np.percentile(b, 50):.2f}, p99 "
+          f"{np.percentile(a, 99) / np.percentile(b, 99):.2f}, median per-tick ratio "
+          f"{float(np.median(a / b)):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
