@@ -4,6 +4,7 @@ contract's conventions, bounded state, and the feed wiring."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -434,3 +435,41 @@ def test_clamped_edges_give_the_nearest_sample_rule_exactly() -> None:
             rng.integers(int(t[0]) - 3 * g, int(t[-1]) + 3 * g, 50)]))
         got = np.searchsorted(edges, probe, side="right") % 2 == 1
         assert np.array_equal(got, nearest_clamped(t, clamp, probe))
+
+
+@pytest.mark.parametrize(("scenario", "gpu", "seed"), [("clamp_episode", "h100", 1),
+                                                       ("varied_mix", "rtx3090", 2)])
+def test_rows_redone_over_ticks_equal_rows_redone_at_once(scenario: str, gpu: str,
+                                                          seed: int) -> None:
+    """After a refit moves the lag, the rows the record buffer still holds are recomputed a
+    few per tick (a whole 20 s of rows at once was a 14 ms tick); once done they must equal,
+    to the bit, the rows an engine that redoes them at once holds -- on a consumer board the
+    tail column too."""
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=seed).trace
+    # refits every 3 s, each searched in a tick or two: the lag moves several times
+    kw = dict(devices=trace.devices, horizon_s=30.0, refit_every_s=3.0, fit_span_s=8.0,
+              lag_units_per_tick=150)
+    spread = LiveEngine(**kw, redo_rows_per_tick=32)  # type: ignore[arg-type]  (done in 2 s)
+    at_once = LiveEngine(**kw, redo_rows_per_tick=math.inf)  # type: ignore[arg-type]
+    deltas = Deltas(trace)
+    span = trace.gpu_span_ns()
+    assert span is not None
+    prev, now = span[0] - 1, span[0]
+    pending = compared = 0
+    while now < span[1]:
+        now = min(now + 500_000_000, span[1])
+        d = deltas.between(prev, now)
+        for eng in (spread, at_once):
+            eng.update(d, now)
+        prev = now
+        (sa,), (sb,) = spread.dev.values(), at_once.dev.values()
+        assert sb.redo is None  # done within the tick
+        if sa.redo is not None:
+            pending += 1
+            continue
+        assert (sa.lag_ms, sa.tau_ms) == (sb.lag_ms, sb.tau_ms)
+        for ra, rb in ((sa.rows, sb.rows), (sa.tail_rows, sb.tail_rows)):
+            for a, b in zip(ra.view(), rb.view(), strict=True):
+                assert np.array_equal(a, b)
+        compared += 1
+    assert pending >= 2 and compared > 20  # the redo was spread, and checked after it

@@ -30,6 +30,7 @@ Approximations versus the batch engine on the same horizon are listed in docs/at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -43,6 +44,7 @@ from attribution.engine.live_reduce import (
     GPU_ITEMS,
     LOOKBACK_NS,
     ChunkBuffer,
+    QueryBusy,
     _fsum,
     busy_from,
     reduce_slab,
@@ -83,6 +85,29 @@ BOOT_PER_TICK = 5
 LAG_UNITS_PER_TICK = 16
 """Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
 so it spreads over ~27 ticks; the first fit runs at once."""
+REDO_ROWS_PER_TICK = 64
+"""Rows re-reduced per tick after a refit moved the lag (~200 at a 100 ms sensor period: the
+last 20 s); the tick after the refit gathers their records."""
+
+
+@dataclasses.dataclass
+class Redo:
+    """A re-reduction of rows at a refitted lag, spread over ticks: the rows' times, the
+    records and busy function gathered once (at the first step), the ``now`` of the refit
+    (the gap in progress closes there, as if all rows were redone at once), and the redone
+    columns, written into the ring together when the last row is done (until then the
+    snapshot reads the rows as they were, not a mix of old and new)."""
+
+    t_ns: I64  # the rows to redo, in time order
+    lo_ns: int  # the records from here on reach every one of them
+    now_ns: int
+    done: int = 0  # rows redone so far
+    busy: QueryBusy | None = None
+    start_ns: I64 | None = None
+    end_ns: I64 | None = None
+    n_cls: int = 0
+    xs: list[F64] = dataclasses.field(default_factory=list)  # x, x_lo, x_hi (rows × n_cls)
+    hs: list[F64] | None = None  # the tail column at the three lags (consumer boards)
 
 
 def _pad(a: F64, n: int) -> F64:
@@ -123,6 +148,7 @@ class DeviceState:
         self.steps = StepRing()
         self.clock = ClockLog()
         self.units = UnitIndex()
+        self.redo: Redo | None = None  # a re-reduction at a refitted lag in progress
 
     def unit_ids(self, it: Items) -> I64:
         """Each item's unit (class, or its class's clamped unit) in the class table."""
@@ -168,8 +194,8 @@ class LiveEngine:
                  horizon_s: float = 300.0, settle_s: float = SETTLE_S,
                  min_fit_s: float = MIN_FIT_S, refit_every_s: float = REFIT_EVERY_S,
                  fit_span_s: float = FIT_SPAN_S, n_boot: int = 100,
-                 boot_per_tick: int = BOOT_PER_TICK, lag_units_per_tick: float = LAG_UNITS_PER_TICK
-                 ) -> None:
+                 boot_per_tick: int = BOOT_PER_TICK, lag_units_per_tick: float = LAG_UNITS_PER_TICK,
+                 redo_rows_per_tick: float = REDO_ROWS_PER_TICK) -> None:
         self.gpu = gpu
         self.devices_info = list(devices or [])
         self.horizon_ns = int(horizon_s * 1e9)
@@ -179,6 +205,7 @@ class LiveEngine:
         self.fit_span_ns = int(fit_span_s * 1e9)
         self.boot_per_tick = boot_per_tick
         self.lag_units_per_tick = lag_units_per_tick
+        self.redo_rows_per_tick = redo_rows_per_tick
         self._draws = 0
         self.n_boot = n_boot
         self.dev: dict[int, DeviceState] = {}
@@ -223,6 +250,9 @@ class LiveEngine:
             if st.search is not None:
                 self._search_step(st, self.lag_units_per_tick)
                 continue
+            if st.redo is not None:
+                self._redo_step(st, self.redo_rows_per_tick)
+                continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
                 or (st.fitted and now_ns - st.last_fit_ns
@@ -251,6 +281,9 @@ class LiveEngine:
             keep_from = self.start_ns or keep_from
         else:
             keep_from = min(keep_from, self.now_ns - self.fit_span_ns - self.settle_ns)
+        for st in self.dev.values():  # a re-reduction not started yet reads from lo_ns
+            if st.redo is not None and st.redo.busy is None:
+                keep_from = min(keep_from, st.redo.lo_ns)
         self.chunks.prune(keep_from)
 
     # ------------------------------------------------------------------ lag
@@ -299,34 +332,65 @@ class LiveEngine:
         old = (st.lag_ms, st.tau_ms, st.boost)
         st.lag_ms, st.tau_ms, st.boost = res
         if st.fitted and res != old:
+            # the rows whose windows the record buffer still holds are recomputed at the new
+            # lag (older rows keep the lag they were reduced with), a few per tick
             lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
-            self._rereduce_rows(st, self.chunks.recent(lo, kinds=GPU_ITEMS), lo)
+            t = st.rows.view()[0]
+            t = t[t - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms()) >= lo]
+            st.redo = Redo(t.copy(), lo, self.now_ns) if len(t) else None
+            if st.redo is not None and math.isinf(self.redo_rows_per_tick):
+                self._redo_step(st, math.inf)
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
 
-    def _rereduce_rows(self, st: DeviceState, sub: Trace, lo: int) -> None:
-        """Recompute, at the new lag, the rows whose windows the record buffer still holds
-        (older rows keep the lag they were reduced with)."""
-        it = items_for_device(sub, st.device)
-        unit = st.unit_ids(it)
-        n_cls = len(st.classes)
-        busy = busy_from(it, unit, n_cls, lo)  # the rows' windows start after lo
-        reach_ns = row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms())
-        if st.rows.n_cls < n_cls:  # grow the ring's class columns first
-            st.rows.append(np.empty(0, np.int64), np.empty(0),
-                           (np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros((0, n_cls))))
+    def _redo_step(self, st: DeviceState, rows: float) -> None:
+        """One step of ``st.redo``: the first gathers the records and builds their busy
+        function (as of the refit); each step computes up to ``rows`` rows' columns at the
+        current lag (a row's columns depend only on its own windows, the records and the
+        refit's ``now``: the same values as all at once), and the last writes them all."""
+        r = st.redo
+        assert r is not None
+        if r.busy is None:  # the records the buffer held at the refit (completed by then)
+            it = items_for_device(self.chunks.recent(r.lo_ns, kinds=GPU_ITEMS), st.device)
+            unit = st.unit_ids(it)
+            m = it.end_ns <= r.now_ns
+            r.n_cls = len(st.classes)
+            r.start_ns, r.end_ns = it.start_ns[m], it.end_ns[m]
+            r.busy = QueryBusy(r.start_ns, r.end_ns, unit[m], r.n_cls,
+                               need_from_ns=r.lo_ns)  # the rows' windows start after lo
+            r.xs = [np.zeros((len(r.t_ns), r.n_cls)) for _ in range(3)]
+            if not math.isinf(rows):
+                return
+        assert r.start_ns is not None and r.end_ns is not None
+        k = len(r.t_ns) if math.isinf(rows) else min(len(r.t_ns), r.done + max(int(rows), 1))
+        new, hs = row_columns(r.busy, r.t_ns[r.done:k], window_ms=st.window_ms,
+                              lag_ms=st.lag_ms, tau_ms=st.tau_ms, boost=st.boost,
+                              start_ns=r.start_ns, end_ns=r.end_ns, prev_end_ns=None,
+                              now_ns=r.now_ns)
+        for x, xn in zip(r.xs, new, strict=True):
+            x[r.done:k] = xn
+        if hs is not None:
+            if r.hs is None:
+                r.hs = [np.zeros((len(r.t_ns), h.shape[1])) for h in hs]
+            for h, hn in zip(r.hs, hs, strict=True):
+                h[r.done:k] = hn
+        r.done = k
+        if r.done < len(r.t_ns):
+            return
+        st.redo = None  # done: into the ring, every row at once
+        if st.rows.n_cls < r.n_cls:  # grow the ring's class columns first
+            z = np.zeros((0, r.n_cls))
+            st.rows.append(np.empty(0, np.int64), np.empty(0), (z, z, z))
         t, _, *xs = st.rows.view()
-        ok = t - reach_ns >= lo
-        if bool(ok.any()):
-            new, hs = row_columns(busy, t[ok], window_ms=st.window_ms, lag_ms=st.lag_ms,
-                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
-                                  end_ns=it.end_ns, prev_end_ns=None, now_ns=self.now_ns)
-            for x, xn in zip(xs, new, strict=True):
-                x[ok] = xn
-            if hs is not None and len(st.tail_rows) == len(t):
-                for h, hn in zip(st.tail_rows.view()[2:], hs, strict=True):
-                    h[ok] = hn
+        at = np.searchsorted(t, r.t_ns)
+        ok = at < len(t)
+        ok[ok] = t[at[ok]] == r.t_ns[ok]  # a row gone from the ring (expired) is skipped
+        for x, xn in zip(xs, r.xs, strict=True):
+            x[at[ok], :r.n_cls] = xn[ok]
+        if r.hs is not None and len(st.tail_rows) == len(t):
+            for h, hn in zip(st.tail_rows.view()[2:], r.hs, strict=True):
+                h[at[ok]] = hn[ok]
 
     # ------------------------------------------------------------------ reduction
 
