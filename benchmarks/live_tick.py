@@ -26,7 +26,7 @@ import numpy as np
 
 from attribution.engine import attribute
 from attribution.engine.deltas import Deltas
-from attribution.engine.live import LiveEngine
+from attribution.engine.live import LAG_UNITS_PER_TICK, LiveEngine
 from attribution.sim import simulate
 from ppwtop.demo_feed import TraceFeed
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tick", type=float, default=0.5)
     ap.add_argument("--batch-runs", type=int, default=3)
     ap.add_argument("--n-boot", type=int, default=100)
-    ap.add_argument("--lag-units-per-tick", type=float, default=16)
+    ap.add_argument("--lag-units-per-tick", type=float, default=LAG_UNITS_PER_TICK)
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     tr = simulate(scenario=args.scenario, gpu=args.gpu, seconds=args.horizon + args.measure + 1,

@@ -92,12 +92,14 @@ last 20 s); the tick after the refit gathers their records."""
 
 @dataclasses.dataclass
 class Redo:
-    """A re-reduction of rows at a refitted lag, spread over ticks: the rows' times, the
-    records and busy function gathered once (at the first step), the ``now`` of the refit
-    (the gap in progress closes there, as if all rows were redone at once), and the redone
-    columns, written into the ring together when the last row is done (until then the
-    snapshot reads the rows as they were, not a mix of old and new)."""
+    """A refit that moved the lag, applied over ticks: the new (lag, τ, boost), the rows to
+    redo, the records and busy function gathered once (at the first step) as of the refit,
+    and the refit's ``now`` (the gap in progress closes there, as if all rows were redone at
+    once).  The redone columns are written into the ring, and the new values become the
+    device's, when the last row is done (with the rows reduced meanwhile recomputed too):
+    until then every row and the snapshot are the refit's predecessor's, not a mix."""
 
+    params: tuple[float, float, Boost]  # (lag ms, τ ms, boost) of the refit
     t_ns: I64  # the rows to redo, in time order
     lo_ns: int  # the records from here on reach every one of them
     now_ns: int
@@ -329,17 +331,18 @@ class LiveEngine:
         if res is None:
             return
         st.search = None
-        old = (st.lag_ms, st.tau_ms, st.boost)
-        st.lag_ms, st.tau_ms, st.boost = res
-        if st.fitted and res != old:
+        lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
+        t = st.rows.view()[0]
+        t = t[t - row_reach_ns(res[0], st.window_ms, res[2].reach_ms()) >= lo]
+        if st.fitted and res != (st.lag_ms, st.tau_ms, st.boost) and len(t):
             # the rows whose windows the record buffer still holds are recomputed at the new
-            # lag (older rows keep the lag they were reduced with), a few per tick
-            lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
-            t = st.rows.view()[0]
-            t = t[t - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms()) >= lo]
-            st.redo = Redo(t.copy(), lo, self.now_ns) if len(t) else None
-            if st.redo is not None and math.isinf(self.redo_rows_per_tick):
+            # values (older rows keep the lag they were reduced with), a few per tick; the
+            # new values apply when they are done
+            st.redo = Redo(res, t.copy(), lo, self.now_ns)
+            if math.isinf(self.redo_rows_per_tick):
                 self._redo_step(st, math.inf)
+        else:
+            st.lag_ms, st.tau_ms, st.boost = res
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
@@ -347,10 +350,12 @@ class LiveEngine:
     def _redo_step(self, st: DeviceState, rows: float) -> None:
         """One step of ``st.redo``: the first gathers the records and builds their busy
         function (as of the refit); each step computes up to ``rows`` rows' columns at the
-        current lag (a row's columns depend only on its own windows, the records and the
-        refit's ``now``: the same values as all at once), and the last writes them all."""
+        refit's values (a row's columns depend only on its own windows, the records and the
+        refit's ``now``: the same values as all at once); the last writes them into the ring,
+        recomputes the rows reduced since the refit and makes the refit's values current."""
         r = st.redo
         assert r is not None
+        lag_ms, tau_ms, boost = r.params
         if r.busy is None:  # the records the buffer held at the refit (completed by then)
             it = items_for_device(self.chunks.recent(r.lo_ns, kinds=GPU_ITEMS), st.device)
             unit = st.unit_ids(it)
@@ -364,10 +369,9 @@ class LiveEngine:
                 return
         assert r.start_ns is not None and r.end_ns is not None
         k = len(r.t_ns) if math.isinf(rows) else min(len(r.t_ns), r.done + max(int(rows), 1))
-        new, hs = row_columns(r.busy, r.t_ns[r.done:k], window_ms=st.window_ms,
-                              lag_ms=st.lag_ms, tau_ms=st.tau_ms, boost=st.boost,
-                              start_ns=r.start_ns, end_ns=r.end_ns, prev_end_ns=None,
-                              now_ns=r.now_ns)
+        new, hs = row_columns(r.busy, r.t_ns[r.done:k], window_ms=st.window_ms, lag_ms=lag_ms,
+                              tau_ms=tau_ms, boost=boost, start_ns=r.start_ns,
+                              end_ns=r.end_ns, prev_end_ns=None, now_ns=r.now_ns)
         for x, xn in zip(r.xs, new, strict=True):
             x[r.done:k] = xn
         if hs is not None:
@@ -378,19 +382,38 @@ class LiveEngine:
         r.done = k
         if r.done < len(r.t_ns):
             return
-        st.redo = None  # done: into the ring, every row at once
-        if st.rows.n_cls < r.n_cls:  # grow the ring's class columns first
-            z = np.zeros((0, r.n_cls))
+        st.redo = None  # done: into the ring, every row at once, and the values current
+        st.lag_ms, st.tau_ms, st.boost = r.params
+        n_cls = len(st.classes)
+        if st.rows.n_cls < n_cls:  # grow the ring's class columns first
+            z = np.zeros((0, n_cls))
             st.rows.append(np.empty(0, np.int64), np.empty(0), (z, z, z))
         t, _, *xs = st.rows.view()
         at = np.searchsorted(t, r.t_ns)
         ok = at < len(t)
         ok[ok] = t[at[ok]] == r.t_ns[ok]  # a row gone from the ring (expired) is skipped
+        tails = st.tail_rows.view()[2:] if len(st.tail_rows) == len(t) else None
         for x, xn in zip(xs, r.xs, strict=True):
             x[at[ok], :r.n_cls] = xn[ok]
-        if r.hs is not None and len(st.tail_rows) == len(t):
-            for h, hn in zip(st.tail_rows.view()[2:], r.hs, strict=True):
+        if r.hs is not None and tails is not None:
+            for h, hn in zip(tails, r.hs, strict=True):
                 h[at[ok]] = hn[ok]
+        # the rows reduced since the refit (at its predecessor's values): from the buffer now
+        after = np.flatnonzero(t > (int(r.t_ns[-1]) if len(r.t_ns) else r.now_ns))
+        if not len(after):
+            return
+        lo = max(r.lo_ns, int(t[after[0]]) - row_reach_ns(lag_ms, st.window_ms,
+                                                           boost.reach_ms()) - LOOKBACK_NS)
+        it = items_for_device(self.chunks.recent(lo, kinds=GPU_ITEMS), st.device)
+        busy = busy_from(it, st.unit_ids(it), len(st.classes), lo)
+        new, hs = row_columns(busy, t[after], window_ms=st.window_ms, lag_ms=lag_ms,
+                              tau_ms=tau_ms, boost=boost, start_ns=it.start_ns,
+                              end_ns=it.end_ns, prev_end_ns=None, now_ns=self.now_ns)
+        for x, xn in zip(xs, new, strict=True):
+            x[after, :xn.shape[1]] = xn
+        if hs is not None and tails is not None:
+            for h, hn in zip(tails, hs, strict=True):
+                h[after] = hn
 
     # ------------------------------------------------------------------ reduction
 
