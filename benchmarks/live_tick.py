@@ -17,6 +17,7 @@ Run: ``python benchmarks/live_tick.py [--scenario demo --gpu h100 --horizon 300]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -27,8 +28,23 @@ import numpy as np
 from attribution.engine import attribute
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LAG_UNITS_PER_TICK, LiveEngine
+from attribution.model import Trace
 from attribution.sim import simulate
 from ppwtop.demo_feed import TraceFeed
+
+
+def split_kernel_names(tr: Trace, n: int) -> Trace:
+    """Each kernel renamed at random (seeded) to one of ``n`` variants of its name: the
+    simulator's six kernel classes become ~6n, as a real model's hundreds."""
+    k = tr.kernels
+    variant = np.random.default_rng(0).integers(0, n, len(k))
+    key = k.name_id.astype(np.int64) * n + variant
+    uniq, inv = np.unique(key, return_inverse=True)
+    strings = list(tr.strings)
+    new_id = np.array([len(strings) + i for i in range(len(uniq))], np.int64)
+    strings += [f"{tr.strings[int(u) // n]}_v{int(u) % n}" for u in uniq]
+    kernels = dataclasses.replace(k, name_id=new_id[inv].astype(k.name_id.dtype))
+    return dataclasses.replace(tr, kernels=kernels, strings=type(tr.strings)(strings))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,13 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-runs", type=int, default=3)
     ap.add_argument("--n-boot", type=int, default=100)
     ap.add_argument("--lag-units-per-tick", type=float, default=LAG_UNITS_PER_TICK)
+    ap.add_argument("--split-classes", type=int, default=1,
+                    help="split each kernel name into N variants (a model with many kernels)")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     tr = simulate(scenario=args.scenario, gpu=args.gpu, seconds=args.horizon + args.measure + 1,
                   seed=0).trace
+    if args.split_classes > 1:
+        tr = split_kernel_names(tr, args.split_classes)
     span = tr.gpu_span_ns()
     assert span is not None
-    print(f"{args.scenario} on {args.gpu}: {len(tr.kernels)} kernels over "
+    print(f"{args.scenario} on {args.gpu}: {len(tr.kernels)} kernels "
+          f"({len(np.unique(tr.kernels.name_id))} names) over "
           f"{(span[1] - span[0]) / 1e9:.0f} s; horizon {args.horizon:.0f} s, tick {args.tick} s")
     deltas = Deltas(tr)
     horizon = TraceFeed(tr, label="batch", horizon_s=args.horizon)  # the feed's batch window
