@@ -30,11 +30,11 @@ from attribution.sim import simulate
 
 PARTS: tuple[tuple[Any, str], ...] = (
     (live.LiveEngine, "_reduce"), (live.LiveEngine, "_fit_lag"),
-    (live.LiveEngine, "_search_step"), (live.LiveEngine, "_rereduce_rows"),
+    (live.LiveEngine, "_search_step"), (live.LiveEngine, "_redo_step"),
     (live.LiveEngine, "_prune"), (live.LiveEngine, "_settled_steps"),
     (live.DeviceState, "unit_ids"), (live.DeviceState, "add_readings"),
     (live, "items_for_device"), (live, "reduce_slab"), (live, "row_columns"),
-    (live, "busy_from"), (live, "BusyFunction"), (live, "ResponseSearch"),
+    (live, "busy_from"), (live, "QueryBusy"), (live, "BusyFunction"), (live, "ResponseSearch"),
     (live_reduce, "idle_intervals"), (live_reduce.ChunkBuffer, "recent"),
     (live_reduce.ChunkBuffer, "append"),
 )

@@ -22,8 +22,10 @@ draws ``boot_per_tick`` block-bootstrap replicates into a rolling pool of ``n_bo
 (``live_solve``, ``live_fit``), and assembles the contract snapshot (``live_snapshot``). The
 lag and the board response (and W for an unknown board) are fitted once ``min_fit_s`` of
 data is in, then refitted at doubling intervals up to every ``refit_every_s`` on the last
-``fit_span_s`` only, a few grid points per tick (``live_lag``); rows the record buffer still
-covers are re-reduced at the new lag, older ones keep the lag they were reduced with.
+``fit_span_s`` only, a few grid points per tick (``live_lag``); when a refit moves the lag,
+the rows the record buffer still covers are re-reduced at it a few per tick (:class:`Redo`)
+and the new lag applies once they are all done; older rows keep the lag they were reduced
+with.
 Approximations versus the batch engine on the same horizon are listed in docs/attribution.md
 ("Live engine").
 """
