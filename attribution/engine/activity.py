@@ -83,8 +83,8 @@ def items_for_device(trace: Trace, device: int) -> Items:
     # kernels: one class per name id
     kid = k.name_id[k_sel]
     uk, kinv = unique_inverse(kid)
-    kmap = np.array([add(f"kernel:{_name(trace, int(u))}", KERNEL, (_name(trace, int(u)), ""))
-                     for u in uk], dtype=np.int32)
+    names = [_name(trace, int(u)) for u in uk.tolist()]
+    kmap = np.array([add("kernel:" + n, KERNEL, (n, "")) for n in names], dtype=np.int32)
     # copies: one class per (kind, memory label)
     ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
             + c.dst_mem[c_rows].astype(np.int64))
