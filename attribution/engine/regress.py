@@ -185,10 +185,16 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
 def quick_rss(x: F64, y: F64) -> float:
     """Residual sum of squares of an unconstrained ridge fit (for the lag grid search)."""
     k, g = x.shape
-    a_mat = np.column_stack([np.ones(k), x])
+    a_mat = np.empty((k, g + 1))
+    a_mat[:, 0] = 1.0
+    a_mat[:, 1:] = x
     lam = 1e-3 * max(float(np.mean(x ** 2)) * k, 1e-9)
-    ata = a_mat.T @ a_mat + lam * np.diag(np.r_[0.0, np.ones(g)])
-    coef = np.linalg.solve(ata + 1e-12 * np.eye(g + 1), a_mat.T @ y)
+    ata = a_mat.T @ a_mat
+    # + λ on the ΔP diagonal, then + 1e-12 on the whole diagonal, in place (the same sums
+    # as adding λ·diag(0, 1, …) and 1e-12·I: the other entries only ever add exact zeros)
+    ata.flat[g + 2::g + 2] += lam
+    ata.flat[::g + 2] += 1e-12
+    coef = np.linalg.solve(ata, a_mat.T @ y)
     r = y - a_mat @ coef
     return float(r @ r)
 

@@ -176,8 +176,11 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         frac /= window_ms * 1e-3
         at = 0
         for off, wt in plans[i:j]:
-            yield np.asarray(np.tensordot(wt, frac[at:at + len(off)], axes=1),
-                             dtype=np.float64)
+            if len(off) == 1 and wt[0] == 1.0:  # τ = 0: one delay of weight 1 (1·x is x)
+                yield frac[at].copy()  # a fresh array, as tensordot gives
+            else:
+                yield np.asarray(np.tensordot(wt, frac[at:at + len(off)], axes=1),
+                                 dtype=np.float64)
             at += len(off)
         i = j
 
