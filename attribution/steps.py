@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.model import F64, I64, MarkerKind, Trace
+from attribution.quantiles import percentiles
 from attribution.snapshot import Quantiles, Steps
 
 if TYPE_CHECKING:
@@ -72,40 +73,6 @@ def step_spans(trace: Trace, step_range: str | None, warnings: list[str]
 def _sorted(s: I64, e: I64, it: F64, source: str) -> tuple[I64, I64, F64, str]:
     o = np.argsort(s, kind="stable")
     return s[o], e[o], np.asarray(it[o], dtype=np.float64), source
-
-
-_Q = np.array([50.0, 95.0, 99.0]) / 100.0
-
-
-def _neighbours(n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], F64]:
-    """``np.percentile``'s (linear method) order statistics below and above each of the 50th,
-    95th and 99th percentiles of ``n`` values, and the interpolation weight between them."""
-    virt = (n - 1) * _Q
-    prev = np.floor(virt)
-    top = virt >= n - 1
-    lo = np.where(top, n - 1, prev).astype(np.intp)
-    hi = np.where(top, n - 1, prev + 1).astype(np.intp)
-    return lo, hi, virt - prev
-
-
-def sorted_percentiles(s: F64) -> F64:
-    """``np.percentile(v, [50, 95, 99])`` given ``s`` = ``v`` sorted, or only partitioned
-    around :func:`_neighbours`' order statistics (non-empty, no NaN): the same order
-    statistics and interpolation, to the bit."""
-    lo, hi, gamma = _neighbours(len(s))
-    a, b = s[lo], s[hi]
-    diff = b - a
-    out = a + diff * gamma
-    return np.asarray(np.where(gamma >= 0.5, b - diff * (1 - gamma), out), np.float64)
-
-
-def percentiles(v: F64) -> F64:
-    """``np.percentile(v, [50, 95, 99])`` by one partition around the six order statistics
-    it reads (``np.percentile`` also partitions for its NaN check and copies)."""
-    if not len(v) or bool(np.isnan(v).any()):
-        return np.asarray(np.percentile(v, [50, 95, 99]), np.float64)
-    lo, hi, _ = _neighbours(len(v))
-    return sorted_percentiles(np.partition(v, np.unique(np.concatenate([lo, hi]))))
 
 
 def _q(v: F64) -> Quantiles:

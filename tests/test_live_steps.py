@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_ring import StepRing
+from attribution.quantiles import percentiles, sorted_percentiles
 from attribution.sim import simulate
-from attribution.steps import percentiles, sorted_percentiles, step_times, summarize, with_energy
+from attribution.steps import step_times, summarize, with_energy
 
 
 def _same_times(ring: StepRing) -> None:

@@ -29,6 +29,7 @@ from attribution.engine.live_fit import (
 )
 from attribution.model import F64, I32
 from attribution.presets import GpuPreset
+from attribution.quantiles import column_percentiles
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -117,31 +118,8 @@ def _per_unit(dp: F64, group: I32, absent: float = 0.0) -> F64:
 
 
 def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
-    """Per column, ``np.percentile`` (linear) at 5 and 95 % of its finite values, and how
-    many there are (NaN where none).  One sort of the columns (NaN sorts last) and the same
-    order statistics and interpolation as ``np.percentile`` on each column's finite values,
-    to the bit, instead of a call per column that lacks some replicates."""
-    n = e.shape[1]
-    fin = np.isfinite(e)
-    seen = fin.sum(axis=0)
-    lo = np.full(n, np.nan)
-    hi = np.full(n, np.nan)
-    cols = np.flatnonzero(seen > 0)
-    if not len(cols):
-        return lo, hi, seen
-    s = np.sort(e[:, cols], axis=0)
-    m = seen[cols]
-    virt = (m - 1)[None, :] * (np.array([5.0, 95.0]) / 100.0)[:, None]  # (2, columns)
-    prev = np.floor(virt)
-    top = virt >= (m - 1)[None, :]
-    below = np.where(top, m - 1, prev).astype(np.intp)
-    above = np.where(top, m - 1, prev + 1).astype(np.intp)
-    gamma = virt - prev
-    j = np.arange(len(cols))[None, :]
-    a, b = s[below, j], s[above, j]
-    diff = b - a
-    val = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-    lo[cols], hi[cols] = val[0], val[1]
+    """Per class, the 5 and 95 % of the replicates that have it, and how many do."""
+    (lo, hi), seen = column_percentiles(e, np.array([5.0, 95.0]) / 100.0)
     return lo, hi, seen
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from attribution.model import F64
+from attribution.quantiles import sorted_percentiles
 from attribution.snapshot import Quantiles
-from attribution.steps import StepTimes, sorted_percentiles
+from attribution.steps import StepTimes
 
 
 class StepIndex:
