@@ -446,3 +446,17 @@ class Trace:
                 b = type(b)(**cols)
             setattr(out, f, type(a).concat([a, b]))
         return out
+
+
+BATCH_TYPES: Mapping[str, type[Columns]] = {
+    "kernels": KernelBatch,
+    "copies": CopyBatch,
+    "memsets": MemsetBatch,
+    "apis": ApiBatch,
+    "markers": MarkerBatch,
+    "power": PowerBatch,
+    "energy": EnergyBatch,
+    "clocks": ClockBatch,
+}
+"""Batch kind (the :class:`Trace` field name, in ``Trace.BATCH_FIELDS`` order) → batch class:
+the recording format's kinds and the live engine's record buffer both use it."""

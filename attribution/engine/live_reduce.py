@@ -32,35 +32,20 @@ import numpy.typing as npt
 from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.build import LAG_SLACK_MS
+from attribution.engine.deltas import ITEMS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
 from attribution.idle import idle_intervals
-from attribution.model import (
-    F64,
-    I64,
-    ApiBatch,
-    ClockBatch,
-    CopyBatch,
-    EnergyBatch,
-    KernelBatch,
-    MarkerBatch,
-    MemsetBatch,
-    PowerBatch,
-    StringTable,
-    Trace,
-)
+from attribution.model import BATCH_TYPES, F64, I64, StringTable, Trace
 
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
-ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
 _GPU = ("kernels", "copies", "memsets")
 GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
-_BATCHES: dict[str, type[Columns]] = {
-    "kernels": KernelBatch, "copies": CopyBatch, "memsets": MemsetBatch, "apis": ApiBatch,
-    "markers": MarkerBatch}
+_BATCHES: dict[str, type[Columns]] = {f: BATCH_TYPES[f] for f in ITEMS}
 _KIND_COL = {f: i for i, f in enumerate(_BATCHES)}
 _NEVER = np.iinfo(np.int64).max
 
@@ -241,9 +226,7 @@ class ChunkBuffer:
         return Trace(strings=self._chunk_strings[i1 - 1], **parts)
 
 
-_OTHERS: dict[str, type[Columns]] = {"power": PowerBatch, "energy": EnergyBatch,
-                                     "clocks": ClockBatch}
-_EMPTY: dict[str, Columns] = {f: b.empty() for f, b in {**_BATCHES, **_OTHERS}.items()}
+_EMPTY: dict[str, Columns] = {f: b.empty() for f, b in BATCH_TYPES.items()}
 """Shared empty batches for the kinds a ``recent`` trace leaves out (length 0: immutable)."""
 
 

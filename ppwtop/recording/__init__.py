@@ -6,7 +6,8 @@ writing in :mod:`.writer`, reading in :mod:`.reader`.
 
 from __future__ import annotations
 
-from ppwtop.recording.format import BATCH_TYPES, MAGIC, VERSION_MAJOR, VERSION_MINOR
+from attribution.model import BATCH_TYPES
+from ppwtop.recording.format import MAGIC, VERSION_MAJOR, VERSION_MINOR
 from ppwtop.recording.reader import RecordingReader, iter_chunks, read_recording
 from ppwtop.recording.writer import (
     RecordingError,

@@ -28,16 +28,6 @@ import numpy.typing as npt
 import orjson
 
 from attribution.columns import Columns
-from attribution.model import (
-    ApiBatch,
-    ClockBatch,
-    CopyBatch,
-    EnergyBatch,
-    KernelBatch,
-    MarkerBatch,
-    MemsetBatch,
-    PowerBatch,
-)
 
 MAGIC: Final = b"PPWREC"
 VERSION_MAJOR: Final = 1
@@ -56,17 +46,6 @@ CHUNK_END: Final = 15
 MAX_PAYLOAD_BYTES: Final = 0xFFFF_FFF0
 """Largest payload a u32 length can describe (padded to 8)."""
 
-BATCH_TYPES: Final[Mapping[str, type[Columns]]] = {
-    "kernels": KernelBatch,
-    "copies": CopyBatch,
-    "memsets": MemsetBatch,
-    "apis": ApiBatch,
-    "markers": MarkerBatch,
-    "power": PowerBatch,
-    "energy": EnergyBatch,
-    "clocks": ClockBatch,
-}
-"""Batch kind (the :class:`Trace` field name) → batch class."""
 
 _JSON_OPTS: Final = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 

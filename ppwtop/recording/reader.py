@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from attribution.columns import Columns
-from attribution.model import DeviceInfo, StringTable, Trace
+from attribution.model import BATCH_TYPES, DeviceInfo, StringTable, Trace
 from ppwtop.errors import InputError
 from ppwtop.fileio import reading
 from ppwtop.recording import format as fmt
@@ -171,7 +171,7 @@ class RecordingReader:
 
     def _batch(self, payload: memoryview, pos: int) -> tuple[str, Columns] | None:
         kind, rows, cols = fmt.decode_batch(payload)
-        cls = fmt.BATCH_TYPES.get(kind)
+        cls = BATCH_TYPES.get(kind)
         if cls is None:
             self.notes.append(f"recording: skipped a batch of unknown kind {kind!r} "
                               f"at byte {pos}")
@@ -252,7 +252,7 @@ def read_recording(path: str | Path) -> Trace:
     trace = Trace(strings=reader.strings, devices=reader.devices, meta=reader.trace_meta())
     for kind in Trace.BATCH_FIELDS:
         items = parts.pop(kind)
-        cls = fmt.BATCH_TYPES[kind]
+        cls = BATCH_TYPES[kind]
         if items:
             # np.concatenate copies even a single part: the trace owns its memory, not the map
             setattr(trace, kind, cls(**{c: np.concatenate([getattr(b, c) for b in items])

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from attribution.columns import Columns
-from attribution.model import DeviceInfo, StringTable, Trace
+from attribution.model import BATCH_TYPES, DeviceInfo, StringTable, Trace
 from ppwtop import __version__
 from ppwtop.errors import PpwtopError
 from ppwtop.recording import format as fmt
@@ -119,9 +119,9 @@ class RecordingWriter:
 
     def write_batch(self, kind: str, batch: Columns) -> None:
         """Append one batch (``kind`` is a :class:`Trace` field name such as ``"kernels"``)."""
-        cls = fmt.BATCH_TYPES.get(kind)
+        cls = BATCH_TYPES.get(kind)
         if cls is None:
-            raise ValueError(f"unknown batch kind {kind!r} (one of {sorted(fmt.BATCH_TYPES)})")
+            raise ValueError(f"unknown batch kind {kind!r} (one of {sorted(BATCH_TYPES)})")
         if not isinstance(batch, cls):
             raise TypeError(f"{kind} wants a {cls.__name__}, got {type(batch).__name__}")
         if self._strings is not None:
