@@ -30,7 +30,7 @@ from attribution.sim import simulate
 
 PARTS: tuple[tuple[Any, str], ...] = (
     (live.LiveEngine, "_reduce"), (live.LiveEngine, "_fit_lag"),
-    (live.LiveEngine, "_search_step"), (live.LiveEngine, "_redo_step"),
+    (live.LiveEngine, "_search_step"), (live, "redo_step"),
     (live.LiveEngine, "_prune"), (live.LiveEngine, "_settled_steps"),
     (live.DeviceState, "unit_ids"), (live.DeviceState, "add_readings"),
     (live, "items_for_device"), (live, "reduce_slab"), (live, "row_columns"),

@@ -232,7 +232,7 @@ class LiveEngine:
                 self._search_step(st, self.lag_units_per_tick)
                 continue
             if st.redo is not None:
-                self._redo_step(st, self.redo_rows_per_tick)
+                redo_step(st, self.chunks, self.redo_rows_per_tick, self.now_ns)
                 continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
@@ -319,16 +319,12 @@ class LiveEngine:
             # new values apply when they are done
             st.redo = Redo(res, t.copy(), lo, self.now_ns)
             if math.isinf(self.redo_rows_per_tick):
-                self._redo_step(st, math.inf)
+                redo_step(st, self.chunks, math.inf, self.now_ns)
         else:
             st.lag_ms, st.tau_ms, st.boost = res
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
-
-    def _redo_step(self, st: DeviceState, rows: float) -> None:
-        """One step of the device's pending re-reduction (``live_redo.redo_step``)."""
-        redo_step(st, self.chunks, rows, self.now_ns)
 
     # ------------------------------------------------------------------ reduction
 
