@@ -3,7 +3,8 @@
 Owns the A/B live-tick benchmark.  The shared VM's speed moves by 2x within a minute, so two
 ``live_tick.py`` runs one after the other compare the machine's phases as much as the code.
 Here two worker processes -- this checkout and ``--baseline`` (another checkout of the
-project, e.g. ``git worktree add --detach ../ref <commit>``) -- each simulate the same run and
+project, e.g. ``git worktree add --detach ../ref <commit>``) -- each simulate the same run
+(``live_run``: this checkout's, driving each checkout's own engine) and
 feed their own :class:`~attribution.engine.live.LiveEngine` to a full horizon; then the
 driver has them run the measured ticks alternately (tick k: one worker, then the other; the
 order flips every tick), so each pair of ticks sees the same phase of the machine.  Each tick
@@ -26,45 +27,48 @@ from pathlib import Path
 
 import numpy as np
 
-WORKER = r"""
-import sys, time
-from attribution.engine.deltas import Deltas
-from attribution.engine.live import LiveEngine
-from attribution.sim import simulate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-scenario, gpu, horizon, measure, tick = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:6])
-tr = simulate(scenario=scenario, gpu=gpu, seconds=horizon + measure + 1, seed=0).trace
-span = tr.gpu_span_ns()
-deltas = Deltas(tr)
-eng = LiveEngine(devices=tr.devices, horizon_s=horizon, n_boot=100)
-tick_ns = int(tick * 1e9)
-full_ns = span[0] + int((horizon + 1.0) * 1e9)
-prev, now = span[0] - 1, span[0]
-while now < full_ns:  # fill the horizon, untimed
-    now = min(now + tick_ns, span[1])
-    eng.update(deltas.between(prev, now), now)
+from live_run import add_run_args
+
+WORKER = r"""
+import argparse, sys, time
+sys.path.insert(0, sys.argv[1])  # this checkout's benchmarks/: the run, whichever engine
+from live_run import add_run_args, run_trace, ticks
+from attribution.engine.live import LiveEngine
+
+ap = argparse.ArgumentParser()
+add_run_args(ap)
+args = ap.parse_args(sys.argv[2:])
+tr = run_trace(args)
+eng = LiveEngine(devices=tr.devices, horizon_s=args.horizon, n_boot=100)
+feed = ticks(tr, horizon_s=args.horizon, tick_s=args.tick)
+for now, delta, measured in feed:  # fill the horizon, untimed
+    eng.update(delta, now)
     eng.snapshot()
-    prev = now
+    if measured:
+        break
 print("ready", flush=True)
 for line in sys.stdin:
-    if line.strip() != "tick" or now >= span[1]:
+    nxt = next(feed, None)
+    if line.strip() != "tick" or nxt is None:
         print("done", flush=True)
         break
-    now = min(now + tick_ns, span[1])
-    d = deltas.between(prev, now)
+    now, delta, _ = nxt
     c0 = time.thread_time()
-    eng.update(d, now)
+    eng.update(delta, now)
     eng.snapshot()
     print(f"{time.thread_time() - c0:.9f}", flush=True)
-    prev = now
 """
 
 
 def _spawn(root: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(root))
+    run = ["--scenario", args.scenario, "--gpu", args.gpu, "--horizon", str(args.horizon),
+           "--measure", str(args.measure), "--tick", str(args.tick),
+           "--split-classes", str(args.split_classes)]
     return subprocess.Popen(
-        [sys.executable, "-c", WORKER, args.scenario, args.gpu, str(args.horizon),
-         str(args.measure), str(args.tick)],
+        [sys.executable, "-c", WORKER, str(Path(__file__).resolve().parent), *run],
         cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -80,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=Path, required=True,
                     help="another checkout of the project (its root directory)")
-    ap.add_argument("--scenario", default="demo")
-    ap.add_argument("--gpu", default="h100")
-    ap.add_argument("--horizon", type=float, default=300.0)
-    ap.add_argument("--measure", type=float, default=60.0)
-    ap.add_argument("--tick", type=float, default=0.5)
+    add_run_args(ap)
     args = ap.parse_args(argv)
     here = Path(__file__).resolve().parent.parent
     base = args.baseline.resolve()

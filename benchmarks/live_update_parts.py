@@ -20,13 +20,17 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from live_run import add_run_args, run_trace
+from live_run import ticks as ticks_of
+
 from attribution.engine import live, live_reduce
-from attribution.engine.deltas import Deltas
-from attribution.sim import simulate
 
 PARTS: tuple[tuple[Any, str], ...] = (
     (live.LiveEngine, "_reduce"), (live.LiveEngine, "_fit_lag"),
@@ -53,38 +57,24 @@ def _timed(acc: dict[str, float], name: str, f: Callable[..., Any]) -> Callable[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="demo")
-    ap.add_argument("--gpu", default="h100")
-    ap.add_argument("--horizon", type=float, default=300.0)
-    ap.add_argument("--measure", type=float, default=60.0)
-    ap.add_argument("--tick", type=float, default=0.5)
+    add_run_args(ap)
     ap.add_argument("--slowest", type=int, default=6)
     args = ap.parse_args(argv)
     acc: dict[str, float] = collections.defaultdict(float)
     for owner, name in PARTS:
         if hasattr(owner, name):
             setattr(owner, name, _timed(acc, name, getattr(owner, name)))
-    tr = simulate(scenario=args.scenario, gpu=args.gpu,
-                  seconds=args.horizon + args.measure + 1, seed=0).trace
-    span = tr.gpu_span_ns()
-    assert span is not None
-    deltas = Deltas(tr)
+    tr = run_trace(args)
     eng = live.LiveEngine(devices=tr.devices, horizon_s=args.horizon, n_boot=100)
-    tick_ns = int(args.tick * 1e9)
-    full_ns = span[0] + int((args.horizon + 1.0) * 1e9)
-    prev, now = span[0] - 1, span[0]
     ticks: list[dict[str, float]] = []
-    while now < span[1]:
-        now = min(now + tick_ns, span[1])
-        delta = deltas.between(prev, now)
+    for now, delta, measured in ticks_of(tr, horizon_s=args.horizon, tick_s=args.tick):
         acc.clear()
         t0 = time.perf_counter()
         eng.update(delta, now)
         t1 = time.perf_counter()
         eng.snapshot()
         t2 = time.perf_counter()
-        prev = now
-        if now >= full_ns:
+        if measured:
             ticks.append({**acc, "update": t1 - t0, "snapshot": t2 - t1, "tick": t2 - t0})
     head = ["tick", "update", "snapshot"]
     names = head + sorted({k for t in ticks for k in t} - set(head))
