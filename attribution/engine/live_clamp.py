@@ -25,6 +25,7 @@ from attribution.engine.activity import KERNEL, Items
 from attribution.engine.build import rank_units
 from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped
 from attribution.engine.live_ring import Classes
+from attribution.intsets import distinct_ints
 from attribution.model import F64, I32, I64, B, ClockBatch
 
 CLAMPED_SUFFIX = "\x1fclamped"
@@ -137,7 +138,7 @@ def unit_ids(classes: Classes, it: Items, clamped: B) -> I64:
     if not bool(m.any()):
         return out
     cm = it.cls[m]
-    present = np.flatnonzero(np.bincount(cm, minlength=len(it.labels)))  # np.unique's
+    present = distinct_ints(cm)
     units = classes.lut(tuple(it.labels[c] + CLAMPED_SUFFIX for c in present.tolist()),
                         tuple(it.class_source[c] for c in present.tolist()),
                         tuple(it.class_key[c] for c in present.tolist()))
