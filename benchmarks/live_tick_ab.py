@@ -8,10 +8,13 @@ project, e.g. ``git worktree add --detach ../ref <commit>``) -- each simulate th
 feed their own :class:`~attribution.engine.live.LiveEngine` to a full horizon; then the
 driver has them run the measured ticks alternately (tick k: one worker, then the other; the
 order flips every tick), so each pair of ticks sees the same phase of the machine.  Each tick
-is timed in the worker's own thread CPU time (``update`` + ``snapshot``).
+is timed in the worker's own thread CPU time: the tick (``update`` + ``snapshot``: what a
+snapshot waits for) and, apart, ``LiveEngine.background`` run to the end after it (the refit
+work the feeds run between snapshots; none in checkouts before it).
 
-Prints per side p50/p99/max over the measured ticks and, side by side, the ratios of the p50
-and p99 and the median of the per-tick ratios (this checkout / baseline).
+Prints per side p50/p99/max over the measured ticks of the tick and of tick + background and,
+side by side, the ratios of the p50 and p99 and the median of the per-tick ratios (this
+checkout / baseline).
 
 Run: ``python benchmarks/live_tick_ab.py --baseline ../ref [--scenario demo --gpu h100
 --horizon 300 --measure 60]``.
@@ -43,9 +46,12 @@ args = ap.parse_args(sys.argv[2:])
 tr = run_trace(args)
 eng = LiveEngine(devices=tr.devices, horizon_s=args.horizon, n_boot=100)
 feed = ticks(tr, horizon_s=args.horizon, tick_s=args.tick)
+between = getattr(eng, "background", None)  # absent from checkouts before it
 for now, delta, measured in feed:  # fill the horizon, untimed
     eng.update(delta, now)
     eng.snapshot()
+    while between is not None and between():
+        pass
     if measured:
         break
 print("ready", flush=True)
@@ -58,7 +64,10 @@ for line in sys.stdin:
     c0 = time.thread_time()
     eng.update(delta, now)
     eng.snapshot()
-    print(f"{time.thread_time() - c0:.9f}", flush=True)
+    c1 = time.thread_time()
+    while between is not None and between():
+        pass
+    print(f"{c1 - c0:.9f} {time.thread_time() - c1:.9f}", flush=True)
 """
 
 
@@ -72,12 +81,13 @@ def _spawn(root: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
         cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def _ask(p: subprocess.Popen[str]) -> float | None:
+def _ask(p: subprocess.Popen[str]) -> tuple[float, float] | None:
+    """One tick: (update + snapshot, the background work after it) in thread CPU seconds."""
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write("tick\n")
     p.stdin.flush()
-    out = p.stdout.readline().strip()
-    return None if out in ("done", "") else float(out)
+    out = p.stdout.readline().split()
+    return None if len(out) != 2 else (float(out[0]), float(out[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if p.stdout.readline().strip() != "ready":
             print("live_tick_ab: error: a worker failed to start", file=sys.stderr)
             return 2
-    times: dict[str, list[float]] = {"this": [], "baseline": []}
+    times: dict[str, list[tuple[float, float]]] = {"this": [], "baseline": []}
     load0 = os.getloadavg()[0]
     k = 0
     while True:
@@ -107,20 +117,26 @@ def main(argv: list[str] | None = None) -> int:
             break
         for name, v in got.items():
             assert v is not None
-            times[name].append(v * 1e3)
+            times[name].append((v[0] * 1e3, v[1] * 1e3))
         k += 1
     for p in procs.values():
         p.kill()
-    a, b = np.array(times["this"]), np.array(times["baseline"])
-    print(f"{args.scenario} on {args.gpu}, {args.horizon:.0f} s horizon, {len(a)} tick pairs in "
-          f"lockstep (thread CPU of update + snapshot); load average {load0:.1f} -> "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    for name, v in (("this", a), (f"baseline {base.name}", b)):
-        print(f"  {name:<22} p50 {np.percentile(v, 50):5.1f} ms, p99 {np.percentile(v, 99):5.1f}"
-              f" ms, max {v.max():5.1f} ms")
-    print(f"  this / baseline: p50 {np.percentile(a, 50) / np.percentile(b, 50):.2f}, p99 "
-          f"{np.percentile(a, 99) / np.percentile(b, 99):.2f}, median per-tick ratio "
-          f"{float(np.median(a / b)):.2f}")
+    this, ref = np.array(times["this"]), np.array(times["baseline"])
+    print(f"{args.scenario} on {args.gpu}, {args.horizon:.0f} s horizon, {len(this)} tick pairs "
+          f"in lockstep (thread CPU: the tick is update + snapshot; + background, the work run "
+          f"between ticks); load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    rows = [("this: tick", this[:, 0]), ("this: tick + background", this.sum(1)),
+            (f"{base.name}: tick", ref[:, 0]), (f"{base.name}: tick + background", ref.sum(1))]
+    for name, v in rows:
+        print(f"  {name:<34} p50 {np.percentile(v, 50):5.1f} ms, p99 "
+              f"{np.percentile(v, 99):5.1f} ms, max {v.max():5.1f} ms")
+    for name, a, b in (("tick", this[:, 0], ref[:, 0]),
+                       ("tick + background", this.sum(1), ref.sum(1))):
+        print(f"  this / baseline, {name + ':':<18} p50 "
+              f"{np.percentile(a, 50) / np.percentile(b, 50):.2f}, p99 "
+              f"{np.percentile(a, 99) / np.percentile(b, 99):.2f}, median per-tick ratio "
+              f"{float(np.median(a / b)):.2f}")
     return 0
 
 

@@ -34,7 +34,8 @@ from attribution.engine import live, live_reduce
 
 PARTS: tuple[tuple[Any, str], ...] = (
     (live.LiveEngine, "_reduce"), (live.LiveEngine, "_fit_lag"),
-    (live.LiveEngine, "_search_step"), (live, "redo_step"),
+    (live.LiveEngine, "_start_search"), (live.LiveEngine, "_search_land"),
+    (live, "redo_rows"), (live, "redo_finish"),
     (live.LiveEngine, "_prune"), (live.LiveEngine, "_settled_steps"),
     (live.DeviceState, "unit_ids"), (live.DeviceState, "add_readings"),
     (live, "items_for_device"), (live, "reduce_slab"), (live, "row_columns"),

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
-from attribution.engine import attribute, regress
+from attribution.engine import attribute, live, regress
 from attribution.engine.activity import BusyFunction, items_for_device
 from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
@@ -478,3 +479,59 @@ def test_rows_redone_over_ticks_equal_rows_redone_at_once(scenario: str, gpu: st
                 assert np.allclose(a, b, rtol=0.0, atol=1e-12)
         compared += 1
     assert pending >= 2 and compared > 20  # the redo was spread, and checked after it
+
+
+@pytest.mark.parametrize(("scenario", "gpu", "seed"), [("clamp_episode", "h100", 1),
+                                                       ("varied_mix", "rtx3090", 2)])
+def test_background_between_updates_gives_the_same_snapshots(
+        scenario: str, gpu: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``background()`` runs the refit's work (reading the span, the grid steps, the redone
+    rows) between updates, where the feeds call it; every snapshot must equal an engine's
+    that is never asked (its ``update`` runs the same work first), and an update that
+    follows a drained ``background()`` must run none of that work itself."""
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=seed).trace
+    kw = dict(devices=trace.devices, horizon_s=30.0, refit_every_s=3.0, fit_span_s=8.0,
+              lag_units_per_tick=60, redo_rows_per_tick=32, n_boot=20)
+    between = LiveEngine(**kw)  # type: ignore[arg-type]
+    inline = LiveEngine(**kw)  # type: ignore[arg-type]
+    in_update: list[str] = []
+    calls = {"update": 0, "background": 0}
+    step, rows, start = live.ResponseSearch.step, live.redo_rows, live.LiveEngine._start_search
+
+    def counted(f: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            if in_update:
+                calls[in_update[0]] += 1
+            return f(*a, **k)
+        return run
+
+    monkeypatch.setattr(live.ResponseSearch, "step", counted(step))
+    monkeypatch.setattr(live, "redo_rows", counted(rows))
+    monkeypatch.setattr(live.LiveEngine, "_start_search", counted(start))
+    deltas = Deltas(trace)
+    span = trace.gpu_span_ns()
+    assert span is not None
+    prev, now = span[0] - 1, span[0]
+    compared = redoing = 0
+    while now < span[1]:
+        now = min(now + 500_000_000, span[1])
+        d = deltas.between(prev, now)
+        fitted = all(st.fitted for st in between.dev.values()) and bool(between.dev)
+        in_update[:] = ["update"] if fitted else []  # the first fit runs inside update
+        between.update(d, now)
+        in_update[:] = []
+        inline.update(d, now)
+        prev = now
+        a, b = between.snapshot(), inline.snapshot()
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert a.to_dict() == b.to_dict()
+            compared += 1
+        redoing += any(st.redo is not None for st in between.dev.values())
+        in_update[:] = ["background"]
+        while between.background():
+            pass
+        in_update[:] = []
+        assert not between.background()  # drained: one step per device per update
+    assert calls["update"] == 0  # after the first fit, updates ran none of the refit work
+    assert calls["background"] > 40 and redoing >= 2 and compared > 60

@@ -41,7 +41,7 @@ from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, unit_groups, unit_ids
-from attribution.engine.live_redo import Redo, redo_step
+from attribution.engine.live_redo import Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
     LOOKBACK_NS,
@@ -130,6 +130,10 @@ class DeviceState:
         self.clock = ClockLog()
         self.units = UnitIndex()
         self.redo: Redo | None = None  # a re-reduction at a refitted lag in progress
+        # a refit due at the last update, left to ``LiveEngine.background``: (lo, upto, the
+        # readings' times and watts as of that update)
+        self.fit_due: tuple[int, int, I64, F64] | None = None
+        self.ahead = False  # the next update's search or redo step is done already
 
     def unit_ids(self, it: Items) -> I64:
         """Each item's unit (class, or its class's clamped unit) in the class table."""
@@ -208,6 +212,8 @@ class LiveEngine:
 
     def update(self, delta: Trace, now_ns: int) -> None:
         """Add the records completed and readings taken in ``(previous now, now_ns]``."""
+        while self.background():  # what the caller did not run between the updates
+            pass
         self.now_ns = now_ns
         devs = np.unique(np.concatenate([delta.kernels.device, delta.copies.device,
                                          delta.memsets.device, delta.power.device]))
@@ -228,11 +234,13 @@ class LiveEngine:
         assert self.done_ns is not None
         upto = now_ns - self.settle_ns
         for st in self.dev.values():
+            st.ahead = False  # this update's grid step or redo rows were done by background()
             if st.search is not None:
-                self._search_step(st, self.lag_units_per_tick)
+                self._search_land(st)
                 continue
             if st.redo is not None:
-                redo_step(st, self.chunks, self.redo_rows_per_tick, self.now_ns)
+                if st.redo.complete:
+                    redo_finish(st, self.chunks, self.now_ns)
                 continue
             due = st.field is not None and not np.isnan(st.window_ms) and (
                 (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
@@ -269,19 +277,57 @@ class LiveEngine:
 
     # ------------------------------------------------------------------ lag
 
+    def background(self) -> bool:
+        """One piece of the work the next :meth:`update` starts with: a refit the last update
+        found due (its records read and busy function built), then per device one lag-grid
+        step or one step of a re-reduction.  None of it reads what the next update brings,
+        so a caller that runs it between updates, after taking the snapshot (the feeds do, on
+        the polls between snapshots), gets the same snapshots with the refit's work off the
+        tick's path; ``update`` runs whatever is left first.  True if it did a piece."""
+        for st in self.dev.values():
+            if st.fit_due is not None:
+                due, st.fit_due = st.fit_due, None
+                self._start_search(st, *due)
+                return True
+            if st.ahead:
+                continue
+            if st.search is not None:
+                st.search.step(self.lag_units_per_tick)
+                st.ahead = True
+                return True
+            if st.redo is not None and not st.redo.complete:
+                redo_rows(st, self.chunks, self.redo_rows_per_tick)
+                st.ahead = True
+                return True
+        return False
+
     def _fit_lag(self, st: DeviceState, upto: int) -> None:
-        """Start a lag/response search on the last ``fit_span`` (the first one runs to the end
-        at once: nothing is reduced before it; later ones a few grid points per tick)."""
+        """Start a lag/response search on the last ``fit_span``: the first one runs to the end
+        at once (nothing is reduced before it); a refit takes the readings as of now and leaves
+        the rest to :meth:`background` (a few grid points per update)."""
         lo = max(self.start_ns or upto, upto - self.fit_span_ns)
-        sub = self.chunks.recent(lo, kinds=GPU_ITEMS)  # no API call or marker: ~2x cheaper
-        it = items_for_device(sub, st.device)
-        if not len(it) or len(st.pend_t) + len(st.rows) < 8:
-            return
-        s = np.clip(it.start_ns, lo, upto)
-        e = np.clip(it.end_ns, lo, upto)
         rt, ry = st.rows.view()[:2]
         t_all = np.concatenate([rt, st.pend_t])
         y_all = np.concatenate([ry, st.pend_w])
+        if st.fitted:
+            st.fit_due = (lo, upto, t_all, y_all)
+            return
+        self._start_search(st, lo, upto, t_all, y_all)
+        if st.search is not None:
+            st.search.step(math.inf)
+            self._search_land(st)
+
+    def _start_search(self, st: DeviceState, lo: int, upto: int, t_all: I64, y_all: F64
+                      ) -> None:
+        """The search's inputs: the span's records on clamp-split units, their busy function
+        and the usable readings (``t_all``, ``y_all``: rows and pending readings as of the
+        update that found the fit due; the buffer still holds the span's records)."""
+        sub = self.chunks.recent(lo, kinds=GPU_ITEMS)  # no API call or marker: ~2x cheaper
+        it = items_for_device(sub, st.device)
+        if not len(it) or len(t_all) < 8:
+            return
+        s = np.clip(it.start_ns, lo, upto)
+        e = np.clip(it.end_ns, lo, upto)
         unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
         ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
         group, n_groups = unit_groups(ct, st.units.of(st.classes))
@@ -301,12 +347,13 @@ class LiveEngine:
         st.search = ResponseSearch(busy, t_all[idx], y_all[idx], st.window_ms,
                                    consumer=st.preset is not None and st.preset.consumer_boost,
                                    start_ns=s, end_ns=e)
-        if not st.fitted:
-            self._search_step(st, math.inf)
 
-    def _search_step(self, st: DeviceState, units: float) -> None:
+    def _search_land(self, st: DeviceState) -> None:
+        """The search's result, once it has one: the new values now, or (a fitted device
+        whose lag, response or boost moved) a re-reduction of the rows the record buffer
+        still covers, a few per update (``live_redo``), with the values applied when done."""
         assert st.search is not None
-        res = st.search.step(units)
+        res = st.search.result
         if res is None:
             return
         st.search = None
@@ -314,12 +361,10 @@ class LiveEngine:
         t = st.rows.view()[0]
         t = t[t - row_reach_ns(res[0], st.window_ms, res[2].reach_ms()) >= lo]
         if st.fitted and res != (st.lag_ms, st.tau_ms, st.boost) and len(t):
-            # the rows whose windows the record buffer still holds are recomputed at the new
-            # values (older rows keep the lag they were reduced with), a few per tick; the
-            # new values apply when they are done
             st.redo = Redo(res, t.copy(), lo, self.now_ns)
             if math.isinf(self.redo_rows_per_tick):
-                redo_step(st, self.chunks, math.inf, self.now_ns)
+                redo_rows(st, self.chunks, math.inf)
+                redo_finish(st, self.chunks, self.now_ns)
         else:
             st.lag_ms, st.tau_ms, st.boost = res
         st.fitted = True

@@ -1,12 +1,14 @@
 """A refit that moved the lag, applied to the live engine's rows over ticks.
 
-Owns :class:`Redo` and :func:`redo_step`.  When a live refit (``live_lag``) lands with a new
-lag, response or boost model, the reading rows whose windows the record buffer still holds
-(the last ~20 s, ~200 rows at a 100 ms sensor period) are recomputed at the new values:
-the first step gathers their records as of the refit, each later step recomputes up to
-``rows`` of them into a side buffer, and the last writes them all into the ring, recomputes
-the rows reduced meanwhile and makes the new values the device's.  Every snapshot therefore
-reads one lag's rows; doing all ~200 in the refit's tick took 14–20 ms.
+Owns :class:`Redo`, :func:`redo_rows` and :func:`redo_finish`.  When a live refit
+(``live_lag``) lands with a new lag, response or boost model, the reading rows whose windows
+the record buffer still holds (the last ~20 s, ~200 rows at a 100 ms sensor period) are
+recomputed at the new values: the first step gathers their records as of the refit, each
+later step recomputes up to ``rows`` of them into a side buffer (steps that read nothing
+newer than the refit, so the engine runs them between updates), and once all are done the
+next update writes them all into the ring, recomputes the rows reduced meanwhile and makes
+the new values the device's.  Every snapshot therefore reads one lag's rows; doing all ~200
+in the refit's tick took 14–20 ms.
 """
 
 from __future__ import annotations
@@ -54,13 +56,18 @@ class Redo:
     xs: list[F64] = dataclasses.field(default_factory=list)  # x, x_lo, x_hi (rows × n_cls)
     hs: list[F64] | None = None  # the tail column at the three lags (consumer boards)
 
+    @property
+    def complete(self) -> bool:
+        """Every row redone (the records gathered first): ready for :func:`redo_finish`."""
+        return self.busy is not None and self.done == len(self.t_ns)
 
-def redo_step(st: DeviceState, chunks: ChunkBuffer, rows: float, now_ns: int) -> None:
-    """One step of ``st.redo``: the first gathers the records and builds their busy
-    function (as of the refit); each step computes up to ``rows`` rows' columns at the
-    refit's values (a row's columns depend only on its own windows, the records and the
-    refit's ``now``: the same values as all at once); the last writes them into the ring,
-    recomputes the rows reduced since the refit and makes the refit's values current."""
+
+def redo_rows(st: DeviceState, chunks: ChunkBuffer, rows: float) -> None:
+    """One step of ``st.redo``'s work: the first gathers the records and builds their busy
+    function (as of the refit); each later one computes up to ``rows`` rows' columns at the
+    refit's values into the side buffer (a row's columns depend only on its own windows, the
+    records and the refit's ``now``: the same values as all at once).  It reads nothing
+    newer than the refit, so it may run ahead of the update that applies it."""
     r = st.redo
     assert r is not None
     lag_ms, tau_ms, boost = r.params
@@ -88,8 +95,15 @@ def redo_step(st: DeviceState, chunks: ChunkBuffer, rows: float, now_ns: int) ->
         for h, hn in zip(r.hs, hs, strict=True):
             h[r.done:k] = hn
     r.done = k
-    if r.done < len(r.t_ns):
-        return
+
+
+def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
+    """A complete ``st.redo`` applied: its rows written into the ring, every row at once,
+    the rows reduced since the refit recomputed from the buffer, and the refit's values made
+    the device's."""
+    r = st.redo
+    assert r is not None and r.complete
+    lag_ms, tau_ms, boost = r.params
     st.redo = None  # done: into the ring, every row at once, and the values current
     st.lag_ms, st.tau_ms, st.boost = r.params
     n_cls = len(st.classes)
