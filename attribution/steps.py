@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,7 +29,7 @@ import numpy.typing as npt
 
 from attribution.model import F64, I64, MarkerKind, Trace
 from attribution.quantiles import percentiles
-from attribution.snapshot import Quantiles, Steps
+from attribution.snapshot import FloatSeries, Quantiles, Steps
 
 if TYPE_CHECKING:
     from attribution.engine.build import Arrays
@@ -118,8 +119,8 @@ class StepTimes:
     items_sum: np.float64  # Σ items over those steps
     ok: npt.NDArray[np.bool_] | None  # latency within the SLA (None: no SLA)
     units_ok_sum: np.float64  # Σ units of the steps within the SLA
-    step_latency_ms: tuple[float, ...]
-    step_items: tuple[float, ...]
+    step_latency_ms: Sequence[float]
+    step_items: Sequence[float]
     sla_ms: float | None
     source: str
 
@@ -135,8 +136,8 @@ def step_times(dur_s: F64, items: F64, *, sla_ms: float | None, source: str) -> 
         lat_ms=lat_ms, latency_ms=_q(lat_ms), has=has, any_items=any_items,
         items_sum=np.float64(items[has].sum()), ok=ok,
         units_ok_sum=np.float64(units[ok].sum()) if ok is not None else np.float64(0.0),
-        step_latency_ms=tuple(lat_ms.tolist()),
-        step_items=tuple(np.where(has, items, 0.0).tolist()) if any_items else (),
+        step_latency_ms=FloatSeries(lat_ms),
+        step_items=FloatSeries(np.where(has, items, 0.0)) if any_items else (),
         sla_ms=sla_ms, source=source)
 
 
@@ -153,6 +154,6 @@ def with_energy(t: StepTimes, energy_j: F64) -> Steps:
     return Steps(
         count=len(t.lat_ms), energy_j=_q(energy_j), latency_ms=t.latency_ms,
         items_per_j=items_per_j, sla_ms=t.sla_ms, sla_compliance=compliance,
-        items_per_j_under_sla=under, step_energy_j=tuple(energy_j.tolist()),
+        items_per_j_under_sla=under, step_energy_j=FloatSeries(energy_j),
         step_latency_ms=t.step_latency_ms, step_items=t.step_items,
         work_unit="items" if t.any_items else "steps", source=t.source)

@@ -3,16 +3,19 @@ items per joule and throughput per watt under the SLA."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
-from attribution.engine import attribute_arrays
+from attribution.engine import attribute, attribute_arrays
 from attribution.model import MarkerBatch, MarkerKind, Trace
 from attribution.sim import simulate
-from attribution.snapshot import Snapshot
+from attribution.snapshot import FloatSeries, Snapshot
 from attribution.steps import step_stats
 from ppwtop.cli.main import main
 
@@ -154,3 +157,34 @@ def test_step_range_on_a_real_kineto_trace() -> None:
     assert fwd.latency_ms.p50 < ps.latency_ms.p50
     opt = step_stats(trace, arrays, step_range="Optimizer.step*")
     assert opt is not None and opt.count > 0 and opt.latency_ms.p50 < ps.latency_ms.p50
+
+
+def test_step_series_read_as_floats_and_round_trip(run: tuple[Trace, Any]) -> None:
+    """The engines hand the per-step series out as FloatSeries (an array, floats on demand):
+    it must read, compare, hash and serialise as the tuple of floats the contract holds."""
+    trace, arrays = run
+    st = step_stats(trace, arrays)
+    assert st is not None and isinstance(st.step_energy_j, FloatSeries)
+    floats = tuple(float(x) for x in np.asarray(st.step_energy_j))
+    assert all(type(x) is float for x in st.step_energy_j)
+    assert st.step_energy_j == floats and list(st.step_energy_j) == list(floats)
+    assert hash(st.step_energy_j) == hash(floats)
+    assert st.step_energy_j[3] == floats[3] and st.step_energy_j[-2:] == floats[-2:]
+    assert st.step_energy_j != floats[:-1] and st.step_energy_j != (*floats[:-1], -1.0)
+    a = np.asarray(st.step_energy_j)
+    with pytest.raises(ValueError):  # read-only: a snapshot is immutable
+        a[0] = 0.0
+    src = np.array(floats)  # the caller's array is copied in: later writes do not reach it
+    kept = FloatSeries(src)
+    src[0] = -5.0
+    assert kept == st.step_energy_j
+    snap = Snapshot.from_dict(orjson.loads(orjson.dumps(
+        _snapshot_with(st).to_dict())))
+    assert snap.steps is not None and snap.steps == st  # tuples back, equal to the series
+    assert pickle.loads(pickle.dumps(st)) == st
+
+
+def _snapshot_with(st: Any) -> Snapshot:
+    tr = simulate("demo", seconds=3, seed=1).trace
+    snap = attribute(tr, n_boot=10)
+    return dataclasses.replace(snap, steps=st)

@@ -178,7 +178,7 @@ class StepRing:
     def __init__(self) -> None:
         self._ring = RowRing()
         self._items = RowRing()
-        self.index = StepIndex()  # sorted latencies and the per-step lists, in step with it
+        self.index = StepIndex()  # the sorted latencies, in step with it
         self.source = "ProfilerStep"
 
     def __len__(self) -> int:
@@ -188,14 +188,15 @@ class StepRing:
         none = np.zeros((len(start_ns), 0))
         self._ring.append(start_ns, dur_s, (busy_s, none, none))
         self._items.append(start_ns, items, (none, none, none))
-        self.index.append(dur_s, items)
+        self.index.append(dur_s)
 
     def expire(self, before_ns: int) -> None:
         """Drop the steps that started before ``before_ns``."""
-        n = len(self._ring)
+        d = self._ring.view()[1]
+        n = len(d)
         self._ring.expire(before_ns)
         self._items.expire(before_ns)
-        self.index.expire(n - len(self._ring))
+        self.index.expire(d[:n - len(self._ring)])  # a view: the ring writes only at its end
 
     def times(self) -> StepTimes:
         """The energy-independent step statistics of every step in the ring
