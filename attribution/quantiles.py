@@ -1,7 +1,7 @@
 """``np.percentile`` (its default, linear method) read off sorted or partitioned data.
 
 Owns the order statistics and the interpolation ``np.percentile`` uses, so callers that
-already hold sorted values (the live step index), can partition once (per-step energies) or
+already hold sorted values (the live step index), can sort once (per-step energies) or
 sort many columns at once (the live bootstrap pool, columns of different lengths) get the
 same bits without its per-call work.  Tested against ``np.percentile`` itself.
 """
@@ -45,12 +45,13 @@ def sorted_percentiles(s: F64, q: F64 = STEP_Q) -> F64:
 
 
 def percentiles(v: F64, q: F64 = STEP_Q) -> F64:
-    """``np.percentile(v, 100 q)`` by one partition around the order statistics it reads
-    (``np.percentile`` also partitions for its NaN check and copies)."""
+    """``np.percentile(v, 100 q)`` read off one sort: numpy's vectorised sort of float64 is
+    2.5-3x quicker than its partition around the six order statistics three quantiles read
+    (20 k values: 0.17 vs 0.57 ms; 1 M: 11 vs 25 ms, this VM), and ``np.percentile``
+    partitions, checks for NaN and copies besides."""
     if not len(v) or bool(np.isnan(v).any()):
         return np.asarray(np.percentile(v, 100.0 * q), np.float64)
-    lo, hi, _ = neighbours(len(v), q)
-    return sorted_percentiles(np.partition(v, np.unique(np.concatenate([lo, hi]))), q)
+    return sorted_percentiles(np.sort(v), q)
 
 
 def column_percentiles(e: F64, q: F64) -> tuple[F64, I64]:
