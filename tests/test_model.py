@@ -39,3 +39,17 @@ def test_merge_reinterns_names() -> None:
     m = t1.merged_with(t2)
     assert [m.name(int(i)) for i in m.kernels.name_id] == ["gemm", "relu", "gemm"]
     assert m.gpu_span_ns() == (1, 5)
+
+
+def test_empty_batches_are_shared_per_class_and_typed() -> None:
+    """``empty()`` hands out one zero-row instance per class (a Trace takes eight): typed
+    columns, a different instance per class, and building on it leaves it empty."""
+    a, b = Trace(), Trace()
+    assert a.kernels is b.kernels is KernelBatch.empty()
+    assert PowerBatch.empty() is a.power and PowerBatch.empty() is not a.kernels
+    for name, dtype in KernelBatch.DTYPES.items():
+        col = getattr(a.kernels, name)
+        assert col.dtype == dtype and col.shape == (0,)
+    grown = KernelBatch.concat([a.kernels, KernelBatch.from_columns({"start_ns": [1],
+                                                                     "end_ns": [2]})])
+    assert len(grown) == 1 and len(KernelBatch.empty()) == 0
