@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_ring import StepRing
+from attribution.engine.live_solve import CI_Q
 from attribution.quantiles import percentiles, sorted_percentiles
 from attribution.sim import simulate
 from attribution.steps import step_times, summarize, with_energy
@@ -49,6 +50,8 @@ def test_sorted_percentiles_equal_numpy(values: list[float], dup: int) -> None:
     # unsorted, by one partition (what the per-step energies take every tick)
     np.random.default_rng(dup).shuffle(v)
     assert np.array_equal(percentiles(v), np.percentile(v, [50, 95, 99]))
+    # the live interval's 5/95 % of the bootstrap pool's P_idle
+    assert np.array_equal(percentiles(v, CI_Q), np.percentile(v, [5, 95]))
 
 
 def test_percentiles_with_nan_or_nothing_are_numpys() -> None:
