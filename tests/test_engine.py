@@ -359,11 +359,39 @@ def test_rank_units_orders_ties_and_caps_groups() -> None:
     clamped = np.array([False, False, True, False, False])
     present = np.array([True, True, True, True, False])
     order, group, n = rank_units(busy, labels, clamped, present)
-    assert order == [3, 2, 1, 0] and n == 4
+    assert order.tolist() == [3, 2, 1, 0] and n == 4
     assert group.tolist() == [3, 2, 1, 0, -1]
     m = MAX_GROUPS + 5
     order, group, n = rank_units(np.arange(m, 0, -1, dtype=np.float64), [f"k{i:03d}" for i in
                                  range(m)], np.zeros(m, bool), np.ones(m, bool))
-    assert n == MAX_GROUPS + 1 and order == list(range(m))
+    assert n == MAX_GROUPS + 1 and order.tolist() == list(range(m))
     assert group[:MAX_GROUPS].tolist() == list(range(MAX_GROUPS))
     assert set(group[MAX_GROUPS:].tolist()) == {MAX_GROUPS}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rank_units_is_the_tuple_key_sort(seed: int) -> None:
+    """The ranking (one lexsort over busy time, label rank, clamp state) orders units as
+    Python's sort by ``(-busy, label, clamped)`` over the present units, stably, with many
+    ties of each key; the groups' prior kinds are the last-assigned kind in rank order (the
+    shared group: its least busy unit's)."""
+    from attribution.engine.build import MAX_GROUPS, group_kinds, label_ranks, rank_units
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 5, 40, 300]))
+    busy = rng.choice([0.0, 1.0, 2.5, 2.5000000001, 7.0], n)
+    labels = [str(x) for x in rng.choice(["b", "a", "aa", "B", "é", "a_1", "a-1"], n)]
+    clamped = rng.random(n) < 0.4
+    present = rng.random(n) < 0.85
+    want = sorted(np.flatnonzero(present).tolist(),
+                  key=lambda u: (-float(busy[u]), labels[u], bool(clamped[u])))
+    for rank in (None, label_ranks(labels)):
+        order, group, n_groups = rank_units(busy, labels, clamped, present, label_rank=rank)
+        assert order.tolist() == want
+        assert n_groups == min(len(want), MAX_GROUPS + 1)
+        assert group[~present].tolist() == [-1] * int((~present).sum())
+    unit_kind = rng.integers(0, 6, len(want))
+    kind = np.zeros(n_groups, np.int32)
+    for u, k in zip(want, unit_kind.tolist(), strict=True):
+        kind[group[u]] = k
+    assert group_kinds(order, group, n_groups, unit_kind).tolist() == kind.tolist()

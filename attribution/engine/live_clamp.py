@@ -3,7 +3,7 @@ class bookkeeping that sums them back into the class rows.
 
 Owns :class:`ClockLog` (a device's clock-event samples over the horizon), :func:`unit_ids`
 (each item's regressor unit), :class:`UnitIndex` / :class:`UnitMap` (unit → class) and the
-grouping of units into regressors (:func:`unit_groups`, :func:`unit_kinds`,
+grouping of units into regressors (:func:`ranked_groups`, :func:`unit_kinds`,
 :func:`class_time_by_group`).  The rule is the batch engine's (``engine/clamp.py``,
 ``build._unit_groups``): a kernel whose nearest clock sample (within 1 s of its start) carries
 a clamp reason is *clamped*; a kernel class's clamped and free instances are two regressor
@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from attribution.engine.activity import KERNEL, Items
-from attribution.engine.build import rank_units
+from attribution.engine.build import group_kinds, label_ranks, rank_units
 from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped
 from attribution.engine.live_ring import Classes
 from attribution.intsets import distinct_ints
@@ -175,6 +175,12 @@ class UnitMap:
         return [(u, uc[u]) for u in (np.flatnonzero(layer == r)
                                      for r in range(int(layer.max(initial=-1)) + 1))]
 
+    @functools.cached_property
+    def unit_label_rank(self) -> I64:
+        """Each unit's class label's rank in string order (``build.label_ranks``): the
+        ranking's tie-break, kept while the class table is unchanged."""
+        return label_ranks([self.labels[c] for c in self.unit_class.tolist()])
+
     def to_classes(self, per_unit: F64) -> F64:
         """Sum a per-unit vector (or the last axis of an array) into classes: one gather-add
         per layer (a dense (units × classes) product cost ~3 ms a call at 500 classes);
@@ -218,29 +224,28 @@ class UnitIndex:
         return self._map
 
 
-def _ranked(time_s: F64, um: UnitMap) -> tuple[list[int], I32, int]:
-    """:func:`build.rank_units` over the units that ran in the horizon."""
+def ranked_groups(time_s: F64, um: UnitMap) -> tuple[I64, I32, int]:
+    """Busiest ``MAX_GROUPS`` units get their own group, the rest share the last one (the
+    batch engine's ranking, :func:`build.rank_units`): (units in rank order, unit → group,
+    groups).  Units that did not run in the horizon (a clamp that has left it, a class seen
+    before it) get group −1: no column, as in the batch engine, where they do not exist."""
     t = np.asarray(time_s[:um.n_units], np.float64)
-    labels = [um.labels[c] for c in um.unit_class.tolist()]
-    return rank_units(t, labels, um.clamped, t > 0)
+    return rank_units(t, (), um.clamped, t > 0, label_rank=um.unit_label_rank)  # ranks kept
 
 
 def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
-    """Busiest ``MAX_GROUPS`` units get their own group, the rest share the last one (the
-    batch engine's ranking).  Units that did not run in the horizon (a clamp that has left
-    it, a class seen before it) get group −1: no column, as in the batch engine, where they
-    do not exist."""
-    _, group, n_groups = _ranked(time_s, um)
+    """:func:`ranked_groups` without the rank order: (unit → group, groups)."""
+    _, group, n_groups = ranked_groups(time_s, um)
     return group, n_groups
 
 
-def unit_kinds(time_s: F64, um: UnitMap, group: I32, n_groups: int) -> I64:
+def unit_kinds(um: UnitMap, order: I64, group: I32, n_groups: int) -> I64:
     """Prior kind of each group (``2 × source + clamped``, as ``build._unit_groups``); a
-    shared "rest" group takes the kind of its least busy unit."""
-    kind = np.zeros(n_groups, np.int64)
-    for u in _ranked(time_s, um)[0]:
-        kind[group[u]] = 2 * um.source[um.unit_class[u]] + int(um.clamped[u])
-    return kind
+    shared "rest" group takes the kind of its least busy unit (``order``, ``group``: from
+    :func:`ranked_groups`)."""
+    unit_kind = (2 * np.asarray(um.source, np.int64)[um.unit_class[order]]
+                 + um.clamped[order].astype(np.int64))
+    return group_kinds(order, group, n_groups, unit_kind).astype(np.int64)
 
 
 def class_time_by_group(time_s: F64, um: UnitMap, group: I32, n_groups: int

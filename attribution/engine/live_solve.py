@@ -17,7 +17,7 @@ import numpy as np
 
 from attribution.engine import regress
 from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, TAIL_KIND
-from attribution.engine.live_clamp import UnitMap, class_time_by_group, unit_groups, unit_kinds
+from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
     block_stats,
     bootstrap_blocks,
@@ -136,7 +136,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
     at the ΔP prior centre × ``regress.prior_span`` (its measured spread), as the batch
     engine does, and with a tail to the fit without it."""
-    group, n_groups = unit_groups(time_s, um)
+    order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
     n_cls, n_rd = len(um.labels), len(y)
@@ -162,7 +162,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         return DeviceFit(group, n_groups, m, p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
                          class_group, rms, None, None)
     # the batch fit's priors: ΔP toward its kind's pooled ΔP, P_idle toward the board's
-    kinds = unit_kinds(time_s, um, group, n_groups)
+    kinds = unit_kinds(um, order, group, n_groups)
     if tail is not None:
         kinds = np.r_[kinds, TAIL_KIND]
     centre = regress.pooled_by_kind_gram(m, v, kinds)
