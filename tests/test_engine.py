@@ -352,18 +352,19 @@ def test_unknown_board_gets_period_measured_and_window_fitted() -> None:
 def test_rank_units_orders_ties_and_caps_groups() -> None:
     """Busiest first; equal busy time by label, then the free unit before the clamped one;
     units past MAX_GROUPS share the last group; absent units get no group."""
-    from attribution.engine.build import MAX_GROUPS, rank_units
+    from attribution.engine.build import MAX_GROUPS, label_ranks, rank_units
 
     busy = np.array([1.0, 5.0, 5.0, 5.0, 0.0])
     labels = ["a", "b", "a", "a", "z"]
     clamped = np.array([False, False, True, False, False])
     present = np.array([True, True, True, True, False])
-    order, group, n = rank_units(busy, labels, clamped, present)
+    order, group, n = rank_units(busy, label_ranks(labels), clamped, present)
     assert order.tolist() == [3, 2, 1, 0] and n == 4
     assert group.tolist() == [3, 2, 1, 0, -1]
     m = MAX_GROUPS + 5
-    order, group, n = rank_units(np.arange(m, 0, -1, dtype=np.float64), [f"k{i:03d}" for i in
-                                 range(m)], np.zeros(m, bool), np.ones(m, bool))
+    order, group, n = rank_units(np.arange(m, 0, -1, dtype=np.float64),
+                                 label_ranks([f"k{i:03d}" for i in range(m)]), np.zeros(m, bool),
+                                 np.ones(m, bool))
     assert n == MAX_GROUPS + 1 and order.tolist() == list(range(m))
     assert group[:MAX_GROUPS].tolist() == list(range(MAX_GROUPS))
     assert set(group[MAX_GROUPS:].tolist()) == {MAX_GROUPS}
@@ -385,11 +386,10 @@ def test_rank_units_is_the_tuple_key_sort(seed: int) -> None:
     present = rng.random(n) < 0.85
     want = sorted(np.flatnonzero(present).tolist(),
                   key=lambda u: (-float(busy[u]), labels[u], bool(clamped[u])))
-    for rank in (None, label_ranks(labels)):
-        order, group, n_groups = rank_units(busy, labels, clamped, present, label_rank=rank)
-        assert order.tolist() == want
-        assert n_groups == min(len(want), MAX_GROUPS + 1)
-        assert group[~present].tolist() == [-1] * int((~present).sum())
+    order, group, n_groups = rank_units(busy, label_ranks(labels), clamped, present)
+    assert order.tolist() == want
+    assert n_groups == min(len(want), MAX_GROUPS + 1)
+    assert group[~present].tolist() == [-1] * int((~present).sum())
     unit_kind = rng.integers(0, 6, len(want))
     kind = np.zeros(n_groups, np.int32)
     for u, k in zip(want, unit_kind.tolist(), strict=True):

@@ -192,18 +192,17 @@ def label_ranks(labels: Sequence[str]) -> I64:
     return np.asarray(inv, np.int64).reshape(-1)
 
 
-def rank_units(busy_s: F64, labels: Sequence[str], clamped: B, present: B, *,
-               label_rank: I64 | None = None) -> tuple[I64, I32, int]:
+def rank_units(busy_s: F64, label_rank: I64, clamped: B, present: B
+               ) -> tuple[I64, I32, int]:
     """Regressor groups of units (a class, or its clamped instances): the present units,
     busiest first (then label, free before clamped, then unit index), each of the first
-    ``MAX_GROUPS`` a group of its own and the rest sharing the last one.  Returns (units in
-    rank order, unit → group (−1: not present), number of groups).  The batch and the live
-    engine both rank by it.  ``label_rank``: :func:`label_ranks` of ``labels`` if the caller
-    keeps it (one stable ``lexsort``: a Python sort with a tuple key per unit was ~1 ms a
-    call at 480 units)."""
+    ``MAX_GROUPS`` a group of its own and the rest sharing the last one.  ``label_rank``:
+    :func:`label_ranks` of the units' labels.  Returns (units in rank order, unit → group
+    (−1: not present), number of groups).  The batch and the live engine both rank by it
+    (one stable ``lexsort``: a Python sort with a tuple key per unit was ~1 ms a call at 480
+    units)."""
     p = np.flatnonzero(present)
-    rank = label_ranks(labels) if label_rank is None else label_rank
-    order = p[np.lexsort((np.asarray(clamped, bool)[p], rank[p],
+    order = p[np.lexsort((np.asarray(clamped, bool)[p], np.asarray(label_rank)[p],
                           -np.asarray(busy_s, np.float64)[p]))]
     group = np.full(len(present), -1, np.int32)
     group[order] = np.minimum(np.arange(len(order)), MAX_GROUPS)
@@ -283,8 +282,8 @@ def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
                                minlength=2 * n_cls), np.float64)
     present = np.bincount(unit, minlength=2 * n_cls) > 0
     labels = [lab for lab in items.labels for _ in (0, 1)]
-    order, group_of_unit, n_groups = rank_units(t, labels, np.arange(2 * n_cls) % 2 == 1,
-                                                present)
+    order, group_of_unit, n_groups = rank_units(t, label_ranks(labels),
+                                                np.arange(2 * n_cls) % 2 == 1, present)
     class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
     kind = group_kinds(order, group_of_unit, n_groups,
                        2 * np.asarray(items.class_source)[order // 2] + order % 2)

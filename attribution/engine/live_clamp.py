@@ -230,7 +230,7 @@ def ranked_groups(time_s: F64, um: UnitMap) -> tuple[I64, I32, int]:
     groups).  Units that did not run in the horizon (a clamp that has left it, a class seen
     before it) get group −1: no column, as in the batch engine, where they do not exist."""
     t = np.asarray(time_s[:um.n_units], np.float64)
-    return rank_units(t, (), um.clamped, t > 0, label_rank=um.unit_label_rank)  # ranks kept
+    return rank_units(t, um.unit_label_rank, um.clamped, t > 0)
 
 
 def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
