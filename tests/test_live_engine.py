@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,22 +23,30 @@ from attribution.snapshot import Snapshot
 TICK_NS = 500_000_000
 
 
-def drive(trace: Trace, engine: LiveEngine, tick_ns: int = TICK_NS, *,
-          until_s: float | None = None) -> Snapshot | None:
-    """Feed ``trace`` to ``engine`` tick by tick as a live collector would (records when they
-    complete, readings when taken); return the last snapshot (at ``until_s`` into the run, or
-    at its end)."""
+def ticks(trace: Trace, tick_ns: int = TICK_NS, until_s: float | None = None
+          ) -> Iterator[tuple[int, Trace]]:
+    """``(now, delta)`` per tick, as a live collector delivers the trace: the records that
+    completed and the readings taken since the previous tick (to ``until_s`` into the run,
+    or its end)."""
     deltas = Deltas(trace)
     span = trace.gpu_span_ns()
     assert span is not None
     end = span[1] if until_s is None else min(span[1], span[0] + int(until_s * 1e9))
     prev, now = span[0] - 1, span[0]
-    snap = None
     while now < end:
         now = min(now + tick_ns, end)
-        engine.update(deltas.between(prev, now), now)
-        snap = engine.snapshot() or snap
+        yield now, deltas.between(prev, now)
         prev = now
+
+
+def drive(trace: Trace, engine: LiveEngine, tick_ns: int = TICK_NS, *,
+          until_s: float | None = None) -> Snapshot | None:
+    """Feed ``trace`` to ``engine`` tick by tick (:func:`ticks`); return the last snapshot
+    (at ``until_s`` into the run, or at its end)."""
+    snap = None
+    for now, delta in ticks(trace, tick_ns, until_s):
+        engine.update(delta, now)
+        snap = engine.snapshot() or snap
     return snap
 
 
@@ -453,17 +462,10 @@ def test_rows_redone_over_ticks_equal_rows_redone_at_once(scenario: str, gpu: st
               lag_units_per_tick=150)
     spread = LiveEngine(**kw, redo_rows_per_tick=32)  # type: ignore[arg-type]  (done in 2 s)
     at_once = LiveEngine(**kw, redo_rows_per_tick=math.inf)  # type: ignore[arg-type]
-    deltas = Deltas(trace)
-    span = trace.gpu_span_ns()
-    assert span is not None
-    prev, now = span[0] - 1, span[0]
     pending = compared = 0
-    while now < span[1]:
-        now = min(now + 500_000_000, span[1])
-        d = deltas.between(prev, now)
+    for now, d in ticks(trace):
         for eng in (spread, at_once):
             eng.update(d, now)
-        prev = now
         (sa,), (sb,) = spread.dev.values(), at_once.dev.values()
         assert sb.redo is None  # done within the tick
         if sa.redo is not None:
@@ -508,20 +510,13 @@ def test_background_between_updates_gives_the_same_snapshots(
     monkeypatch.setattr(live.ResponseSearch, "step", counted(step))
     monkeypatch.setattr(live, "redo_rows", counted(rows))
     monkeypatch.setattr(live.LiveEngine, "_start_search", counted(start))
-    deltas = Deltas(trace)
-    span = trace.gpu_span_ns()
-    assert span is not None
-    prev, now = span[0] - 1, span[0]
     compared = redoing = 0
-    while now < span[1]:
-        now = min(now + 500_000_000, span[1])
-        d = deltas.between(prev, now)
+    for now, d in ticks(trace):
         fitted = all(st.fitted for st in between.dev.values()) and bool(between.dev)
         in_update[:] = ["update"] if fitted else []  # the first fit runs inside update
         between.update(d, now)
         in_update[:] = []
         inline.update(d, now)
-        prev = now
         a, b = between.snapshot(), inline.snapshot()
         assert (a is None) == (b is None)
         if a is not None and b is not None:
