@@ -4,7 +4,7 @@ Owns the engine-side half of the TUI load benchmark (issue #5): the records of
 :class:`benchmarks.load_source.RecordSource` at ``--rate`` kernel records/s go into a real
 :class:`ppwtop.live.feed.LiveFeed` wrapped in :class:`ppwtop.panel_feed.PanelFeed`, as in
 ``ppwtop run``, driven in simulated time on one thread: a 50 ms piece at a time, a hand-over
-to the live engine every 0.1 s (the app's 10 Hz poll, which also runs a piece of a lag
+to the live engine every 0.1 s (the app's 10 Hz poll, which also runs a lag
 refit's work between snapshots) and a table snapshot every 0.5 s (with the panels every
 2 s).  After ``--warmup`` seconds of data it sums the thread's CPU time
 (``time.thread_time``: what other jobs on a shared machine cannot inflate much) per part and
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 snap += d
                 snaps.append(d)
                 engines.add(out.meta.get("engine", "?") if out is not None else "none")
-        else:  # the other 10 Hz polls hand records over and run a piece of refit work
+        else:  # the other 10 Hz polls hand records over and run the refit work
             live._next_due = float("inf")  # (what a poll before the snapshot is due does)
             live.next_snapshot()
             if on:

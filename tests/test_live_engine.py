@@ -530,3 +530,30 @@ def test_background_between_updates_gives_the_same_snapshots(
         assert not between.background()  # drained: one step per device per update
     assert calls["update"] == 0  # after the first fit, updates ran none of the refit work
     assert calls["background"] > 40 and redoing >= 2 and compared > 60
+
+
+def test_demo_feed_polls_between_snapshots_run_the_refit_work() -> None:
+    """The demo's feed, polled at 10 Hz with a snapshot due every 0.5 s, runs the lag refit's
+    work on the polls in between: after each, nothing is left for the next update to run."""
+    from ppwtop.demo_feed import DemoFeed
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    feed = DemoFeed("demo", "h100", 40.0, horizon_s=10.0, refresh_s=0.5, clock=clock)
+    stepped = polls = 0
+    for _ in range(300):  # 30 s of the replay
+        clock.t += 0.1
+        if feed.next_snapshot() is not None:
+            continue
+        polls += 1
+        for st in feed._live.dev.values():
+            assert st.fit_due is None
+            assert st.search is None or st.ahead
+            assert st.redo is None or st.redo.complete or st.ahead
+            stepped += st.ahead
+    assert feed._live.refits >= 2 and stepped >= 10 and polls > 100

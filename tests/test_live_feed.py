@@ -203,3 +203,27 @@ def test_window_pieces_hold_exactly_the_records_that_ended_inside() -> None:
         whole = [p for p in pieces if _piece_first_end_ns(p) >= lo and _piece_end_ns(p) <= hi]
         assert all(any(p is q for q in inside) for p in whole)  # handed out as is, no copy
         assert len(feed.window_between(lo, hi).kernels) == len(want)
+
+
+def test_polls_between_snapshots_leave_no_refit_work_to_the_next_update() -> None:
+    """A poll before the next snapshot is due hands the records over and then runs the lag
+    refit's work the next update would start with (``LiveEngine.background``): after each
+    such poll no refit read is pending and a running search or re-reduction has its step for
+    the next update done, so the snapshot's update carries none of it."""
+    tr = simulate("varied_mix", "a100", seconds=40.0, seed=3).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=10.0, n_boot=20)
+    feed.devices = list(tr.devices)
+    stepped = 0
+    for piece in _slices(tr, 80):  # 0.5 s of records a poll
+        feed.add(piece)
+        feed._next_due = float("inf")  # not due: a poll between snapshots
+        assert feed.next_snapshot() is None
+        eng = feed._engine
+        if eng is None:
+            continue
+        for st in eng.dev.values():
+            assert st.fit_due is None
+            assert st.search is None or st.ahead
+            assert st.redo is None or st.redo.complete or st.ahead
+            stepped += st.ahead
+    assert eng is not None and eng.refits >= 2 and stepped >= 10
