@@ -284,7 +284,8 @@ class QueryBusy:
 
     For sorted distinct query times ``q_k``, an item ``[s, e)`` adds its whole duration to
     every ``q_k ≥ e`` and ``q_k − s`` to every ``s < q_k < e``: two ``searchsorted`` of the
-    items into the queries and three ``bincount`` + ``cumsum`` over (class, query) cells.
+    items into the queries (a second only for the few items a query falls inside) and
+    ``bincount`` + ``cumsum`` over (class, query) cells.
     A reduction asks a few dozen times (its readings' window edges at three lags, its steps'
     edges) of tens of thousands of items, where building ``BusyFunction`` sorts them all.
     """
@@ -304,20 +305,31 @@ class QueryBusy:
             return np.zeros((len(t_ns), n), np.float64)
         base = int(q[0])
         s = self.start_ns - base
-        e = s + self.dur_ns
         qq = q - base
         js = np.searchsorted(qq, s, side="right")  # first query after the start
-        je = np.maximum(np.searchsorted(qq, e, side="left"), js)  # first at or after end
         # B(q_j) = Σ_{je ≤ j} dur + Σ_{js ≤ j < je} (q_j − s) = A_j + N_j q_j with the running
-        # sums A (−s at js, +e at je) and N (+1 at js, −1 at je): one bincount each over
-        # (query, class) cells laid out query-major, so the rows come out without a
-        # transpose.  Every term is an integer below 2**53 in float64, so the sums are exact
-        # in any order and B is the same float as summing full/open terms apart.
-        at = np.concatenate([js, je]) * n + np.concatenate([self.cls, self.cls])
+        # sums A (−s at js, +e at je) and N (+1 at js, −1 at je), je the first query at or
+        # after the end: bincounts over (query, class) cells laid out query-major, so the rows
+        # come out without a transpose.  Most items lie between two queries (je = js): they
+        # add their duration at js and nothing to N, so A takes every item's duration at js
+        # and only the items a query falls inside are searched for je and corrected (−e at
+        # js, +e at je) and counted in N: one binary search of the items, not two.  Every
+        # term is an integer below 2**53 in float64, so the sums are exact in any order and
+        # B is the same float as summing the −s and +e terms item by item.
         size = (k + 1) * n
-        a = np.bincount(at, weights=np.concatenate([-s, e]).astype(np.float64), minlength=size)
-        c = np.bincount(at, weights=np.concatenate([np.ones(len(s)), -np.ones(len(s))]),
-                        minlength=size)
+        at_s = js * n + self.cls
+        a = np.bincount(at_s, weights=self.dur_ns.astype(np.float64), minlength=size)
+        nxt = np.append(qq, np.iinfo(np.int64).max)[js]  # the first query after each start
+        sp = np.flatnonzero(s + self.dur_ns > nxt)  # ... falls inside the item
+        if len(sp):
+            e = s[sp] + self.dur_ns[sp]
+            at_e = np.searchsorted(qq, e, side="left") * n + self.cls[sp]
+            ef = e.astype(np.float64)
+            a -= np.bincount(at_s[sp], weights=ef, minlength=size)
+            a += np.bincount(at_e, weights=ef, minlength=size)
+            c = np.bincount(at_s[sp], minlength=size) - np.bincount(at_e, minlength=size)
+        else:
+            c = np.zeros(size, np.int64)
         busy: F64 = np.cumsum(a.reshape(k + 1, n)[:k], axis=0)
         busy += np.cumsum(c.reshape(k + 1, n)[:k], axis=0) * qq[:, None].astype(np.float64)
         np.multiply(busy, 1e-9, out=busy)
