@@ -170,16 +170,19 @@ def test_gram_bootstrap_spread_matches_the_reading_bootstrap() -> None:
     assert np.allclose(np.median(dp, axis=0), np.median(dp_ref, axis=0), rtol=0.05)
 
 
+class _Clock:
+    """A wall clock the test sets (the demo feed's replay follows it)."""
+
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_trace_feed_ticks_use_the_live_engine() -> None:
     from ppwtop.demo_feed import DemoFeed
 
-    class Clock:
-        t = 0.0
-
-        def __call__(self) -> float:
-            return self.t
-
-    clock = Clock()
+    clock = _Clock()
     feed = DemoFeed("demo", "h100", 20.0, horizon_s=6.0, refresh_s=0.5, clock=clock)
     first = feed.next_snapshot()
     assert first is not None and first.meta["engine"] != "regress/1+live"  # still settling
@@ -537,13 +540,7 @@ def test_demo_feed_polls_between_snapshots_run_the_refit_work() -> None:
     work on the polls in between: after each, nothing is left for the next update to run."""
     from ppwtop.demo_feed import DemoFeed
 
-    class Clock:
-        t = 0.0
-
-        def __call__(self) -> float:
-            return self.t
-
-    clock = Clock()
+    clock = _Clock()
     feed = DemoFeed("demo", "h100", 40.0, horizon_s=10.0, refresh_s=0.5, clock=clock)
     stepped = polls = 0
     for _ in range(300):  # 30 s of the replay
