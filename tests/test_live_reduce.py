@@ -254,3 +254,24 @@ def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float) -> None:
         assert x.shape == want.shape == (40, 4)
         assert np.allclose(x, want, rtol=0, atol=1e-9)
         assert np.all(x.sum(axis=1) > 0)
+
+
+def test_busy_with_extra_answers_the_extra_times_with_the_first_query() -> None:
+    """A reduction's step edges ride on its rows' first busy-time query: the rows' and the
+    extra times' answers equal separate queries, to the bit, whether a query comes first or
+    not; later queries are plain."""
+    from attribution.engine.live_reduce import BusyWithExtra
+
+    rng = np.random.default_rng(5)
+    s, e, g = _items(rng, 3000, 5)
+    qb = QueryBusy(s, e, g, 5, need_from_ns=10**8)
+    rows = np.sort(rng.integers(2 * 10**8, 10**9, 40))
+    extra = rng.integers(2 * 10**8, 10**9, 12)
+    later = rng.integers(2 * 10**8, 10**9, 7)
+    first = BusyWithExtra(qb, extra)
+    assert np.array_equal(first(rows), qb(rows))
+    assert np.array_equal(first.extra(), qb(extra))
+    assert np.array_equal(first(later), qb(later))
+    alone = BusyWithExtra(qb, extra)  # no query before: the extra times are asked alone
+    assert np.array_equal(alone.extra(), qb(extra))
+    assert np.array_equal(BusyWithExtra(qb, None)(rows), qb(rows))

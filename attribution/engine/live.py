@@ -45,6 +45,7 @@ from attribution.engine.live_redo import Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
     LOOKBACK_NS,
+    BusyWithExtra,
     ChunkBuffer,
     _fsum,
     busy_from,
@@ -403,17 +404,22 @@ class LiveEngine:
             it = items_for_device(sub, st.device)
             cls = st.unit_ids(it)
             n_cls = len(st.classes)  # the wider read may hold classes not seen before
-        busy = busy_from(it, cls, n_cls, need_from)
+        # the steps' edges are answered with the rows' first busy-time query (one pass over
+        # the records for both)
+        busy = BusyWithExtra(busy_from(it, cls, n_cls, need_from),
+                             np.concatenate([steps[0], steps[1]]) if steps is not None else None)
+        if len(t):
+            xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
+                                 tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
+                                 end_ns=it.end_ns, prev_end_ns=st.busy_end_ns,
+                                 now_ns=self.now_ns)
         if steps is not None:
             s0, e0, items = steps
-            bb = busy(np.concatenate([s0, e0]))
+            bb = busy.extra()
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
                             bb[len(s0):] - bb[:len(s0)], items)
         if not len(t):
             return
-        xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
-                             tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
-                             end_ns=it.end_ns, prev_end_ns=st.busy_end_ns, now_ns=self.now_ns)
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))
         if hs is not None:
             st.tail_rows.append(t, y, (hs[0], hs[1], hs[2]))

@@ -336,6 +336,31 @@ class QueryBusy:
         return np.ascontiguousarray(busy[inv.reshape(-1)])
 
 
+class BusyWithExtra:
+    """A :class:`QueryBusy` that answers ``extra_ns`` along with its first query (the
+    reduction's step edges with its rows' window edges: one pass over the records for both,
+    the same values, since each query's busy time is exact whatever else is asked)."""
+
+    def __init__(self, busy: QueryBusy, extra_ns: I64 | None) -> None:
+        self._busy = busy
+        self._extra = extra_ns
+        self._got: F64 | None = None
+
+    def __call__(self, t_ns: I64) -> F64:
+        if self._extra is None or self._got is not None:
+            return self._busy(t_ns)
+        both = self._busy(np.concatenate([t_ns, self._extra]))
+        self._got = both[len(t_ns):]
+        return both[:len(t_ns)]
+
+    def extra(self) -> F64:
+        """Busy time at ``extra_ns`` (asked now if no query came first)."""
+        assert self._extra is not None
+        if self._got is None:
+            self._got = self._busy(self._extra)
+        return self._got
+
+
 def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
     """The busy-time function of a reduction (see :class:`QueryBusy`)."""
     return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
