@@ -189,8 +189,7 @@ class TraceFeed:
         now_wall = self._clock()
         t = self.sim_now_ns()
         if t == self._last_sim_ns or now_wall < self._next_due:
-            while self._live.background():
-                pass  # the lag refit's work for the next update, off the snapshot's path
+            self._live.run_background()  # the lag refit's work, off the snapshot's path
             return None
         self._last_sim_ns = t
         t0 = time.perf_counter()

@@ -281,8 +281,7 @@ def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
     t = np.asarray(np.bincount(unit, weights=items.duration_ns.astype(np.float64),
                                minlength=2 * n_cls), np.float64)
     present = np.bincount(unit, minlength=2 * n_cls) > 0
-    labels = [lab for lab in items.labels for _ in (0, 1)]
-    order, group_of_unit, n_groups = rank_units(t, label_ranks(labels),
+    order, group_of_unit, n_groups = rank_units(t, np.repeat(label_ranks(items.labels), 2),
                                                 np.arange(2 * n_cls) % 2 == 1, present)
     class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
     kind = group_kinds(order, group_of_unit, n_groups,

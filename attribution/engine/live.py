@@ -25,7 +25,9 @@ data is in, then refitted at doubling intervals up to every ``refit_every_s`` on
 ``fit_span_s`` only, a few grid points per tick (``live_lag``); when a refit moves the lag,
 the rows the record buffer still covers are re-reduced at it a few per tick (``live_redo``)
 and the new lag applies once they are all done; older rows keep the lag they were reduced
-with.
+with.  A refit's work reads nothing the next update brings, so ``background()`` runs it
+between updates (the feeds call it on their polls between snapshots) and ``update`` runs
+whatever is left first.
 Approximations versus the batch engine on the same horizon are listed in docs/attribution.md
 ("Live engine").
 """
@@ -40,7 +42,7 @@ from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
-from attribution.engine.live_clamp import ClockLog, UnitIndex, unit_groups, unit_ids
+from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, unit_ids
 from attribution.engine.live_redo import Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
@@ -213,8 +215,7 @@ class LiveEngine:
 
     def update(self, delta: Trace, now_ns: int) -> None:
         """Add the records completed and readings taken in ``(previous now, now_ns]``."""
-        while self.background():  # what the caller did not run between the updates
-            pass
+        self.run_background()  # what the caller did not run between the updates
         self.now_ns = now_ns
         devs = np.unique(np.concatenate([delta.kernels.device, delta.copies.device,
                                          delta.memsets.device, delta.power.device]))
@@ -302,6 +303,13 @@ class LiveEngine:
                 return True
         return False
 
+    def run_background(self) -> int:
+        """:meth:`background` until nothing is left for the next update; the pieces run."""
+        pieces = 0
+        while self.background():
+            pieces += 1
+        return pieces
+
     def _fit_lag(self, st: DeviceState, upto: int) -> None:
         """Start a lag/response search on the last ``fit_span``: the first one runs to the end
         at once (nothing is reduced before it); a refit takes the readings as of now and leaves
@@ -331,7 +339,7 @@ class LiveEngine:
         e = np.clip(it.end_ns, lo, upto)
         unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
         ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
-        group, n_groups = unit_groups(ct, st.units.of(st.classes))
+        _, group, n_groups = ranked_groups(ct, st.units.of(st.classes))
         gu = group[unit]
         ran = gu >= 0
         if bool(ran.all()):  # every unit ran in the span (the common case): no copies

@@ -233,12 +233,6 @@ def ranked_groups(time_s: F64, um: UnitMap) -> tuple[I64, I32, int]:
     return rank_units(t, um.unit_label_rank, um.clamped, t > 0)
 
 
-def unit_groups(time_s: F64, um: UnitMap) -> tuple[I32, int]:
-    """:func:`ranked_groups` without the rank order: (unit → group, groups)."""
-    _, group, n_groups = ranked_groups(time_s, um)
-    return group, n_groups
-
-
 def unit_kinds(um: UnitMap, order: I64, group: I32, n_groups: int) -> I64:
     """Prior kind of each group (``2 × source + clamped``, as ``build._unit_groups``); a
     shared "rest" group takes the kind of its least busy unit (``order``, ``group``: from

@@ -122,8 +122,7 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     # at a fraction of the cost for hundreds of classes)
     calls, time_s = np.asarray(p.calls).tolist(), np.asarray(p.time_s, np.float64).tolist()
     e_l, d_l = np.asarray(energy, np.float64).tolist(), np.asarray(dyn, np.float64).tolist()
-    lo_l, hi_l = np.asarray(v.ci_j[:, 0], np.float64).tolist(), \
-        np.asarray(v.ci_j[:, 1], np.float64).tolist()
+    lo_l, hi_l = np.asarray(v.ci_j, np.float64).reshape(-1, 2).T.tolist()
     nbytes = np.asarray(p.bytes).tolist()
     for c in range(n):
         if calls[c] == 0 and time_s[c] <= 0:

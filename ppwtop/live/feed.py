@@ -326,8 +326,8 @@ class LiveFeed:
             self.feed_engine()
             self.feed_cost_s = time.perf_counter() - t0
         if not self._dirty or now < self._next_due:
-            while self._engine is not None and self._engine.background():
-                pass  # the lag refit's work for the next update, off the snapshot's path
+            if self._engine is not None:  # the lag refit's work, off the snapshot's path
+                self._engine.run_background()
             return None
         self._dirty = False
         t0 = time.perf_counter()
