@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
-from attribution.engine.live_ring import StepRing
+from attribution.engine.live_ring import SparseRows, StepRing
 from attribution.engine.live_solve import CI_Q
 from attribution.quantiles import percentiles, sorted_percentiles
 from attribution.sim import simulate
@@ -26,7 +26,9 @@ from attribution.steps import step_times, summarize, with_energy
 
 
 def _same_times(ring: StepRing) -> None:
-    _, dur_s, _, items = ring.view()
+    start_ns, dur_s, items = ring.view()
+    # the busy rows stay in step with the ring (each step's first column holds its start)
+    np.testing.assert_array_equal(ring.busy.dense(2)[:, 0], start_ns.astype(np.float64))
     got = ring.times()
     want = step_times(dur_s, items, sla_ms=None, source=ring.source)
     for f in dataclasses.fields(want):
@@ -76,7 +78,8 @@ def test_ring_statistics_equal_from_scratch_after_appends_and_expiry(seed: int) 
             rng.normal(0, 1e-4, k) if seed % 3 == 0 else 0.0)
         items = np.where(rng.random(k) < 0.8, rng.integers(1, 64, k), np.nan) \
             if with_items else np.full(k, np.nan)
-        ring.append(starts, dur_s, np.zeros((k, 2)), items.astype(np.float64))
+        busy = np.c_[starts.astype(np.float64), np.zeros(k)]
+        ring.append(starts, dur_s, busy, items.astype(np.float64))
         if rng.random() < 0.6:
             ring.expire(t_ns - int(rng.integers(2, 8)) * 1_000_000)
         if len(ring):
@@ -85,7 +88,8 @@ def test_ring_statistics_equal_from_scratch_after_appends_and_expiry(seed: int) 
         assert len(ring.index) == len(ring)
     ring.expire(t_ns + 1)  # everything expired, then steps again
     assert len(ring) == 0 and len(ring.index) == 0
-    ring.append(np.array([t_ns + 5]), np.array([0.01]), np.zeros((1, 2)), np.array([3.0]))
+    ring.append(np.array([t_ns + 5]), np.array([0.01]), np.array([[t_ns + 5.0, 0.0]]),
+                np.array([3.0]))
     _same_times(ring)
 
 
@@ -104,7 +108,7 @@ def test_live_snapshot_steps_equal_summarize() -> None:
         if snap is None or snap.steps is None:
             continue
         st_ = next(iter(eng.dev.values()))
-        start, dur_s, _busy, items = st_.steps.view()
+        start, dur_s, items = st_.steps.view()
         keep = start >= snap.window.start_ns
         assert snap.steps.count == int(keep.sum())
         # the energies the snapshot used are its own output; the rest must match a recompute
@@ -114,3 +118,28 @@ def test_live_snapshot_steps_equal_summarize() -> None:
         assert snap.steps == want
         checked += 1
     assert checked > 10
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_rows_equal_dense_after_appends_and_expiry(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows = SparseRows()
+    dense = np.zeros((0, 0))
+    for _ in range(60):
+        k, cols = int(rng.integers(0, 12)), int(rng.integers(1, 40))
+        x = np.where(rng.random((k, cols)) < 0.1, rng.random((k, cols)), 0.0)
+        x[rng.random((k, cols)) < 0.02] = -1e-18  # rounding below zero is kept, not dropped
+        rows.append(x)
+        width = max(dense.shape[1], cols)
+        dense = np.vstack([np.pad(dense, ((0, 0), (0, width - dense.shape[1]))),
+                           np.pad(x, ((0, 0), (0, width - cols)))])
+        if rng.random() < 0.4:
+            drop = int(rng.integers(0, len(dense) + 2))
+            rows.expire(drop)
+            dense = dense[drop:]
+        assert len(rows) == len(dense)
+        assert rows.nnz == int(np.count_nonzero(dense))
+        np.testing.assert_array_equal(rows.dense(dense.shape[1]), dense)
+        w = rng.normal(size=dense.shape[1] + 3)
+        np.testing.assert_allclose(rows.dot(w), dense @ w[:dense.shape[1]], rtol=1e-12,
+                                   atol=1e-15)

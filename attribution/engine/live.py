@@ -512,8 +512,8 @@ class LiveEngine:
             idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
             step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
-            step_busy_s=_pad(steps[2], len(st.classes)),
-            step_items=steps[3], step_source=st.steps.source,
+            step_dyn_j=st.steps.busy.dot(f.unit_dp_w),
+            step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first else None,
             held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3

@@ -4,7 +4,8 @@ Owns the storage of :mod:`attribution.engine.live`: ``Classes`` (the class table
 updates), ``SlabRing`` (per-class and per-cause sums of settled time, kept as running totals
 so a tick never re-sums the horizon), ``RowRing`` (the per-reading activity rows in one
 growable buffer with a moving head, so a tick appends the new rows and drops the expired ones
-without re-concatenating the horizon) and ``StepRing`` (settled ProfilerSteps).
+without re-concatenating the horizon) and ``StepRing`` (settled ProfilerSteps, their busy
+time per unit as ``SparseRows``).
 """
 
 from __future__ import annotations
@@ -171,13 +172,78 @@ class RowRing:
         return self._t[sl], self._y[sl], x, xl, xh
 
 
+class SparseRows:
+    """Rows of per-unit values kept as their nonzero entries ``(row, column, value)``, oldest
+    row first: a step's busy time per unit, where a step runs a few dozen of hundreds of
+    units (a dense (steps × units) matrix was ~95 % zeros and 80 MB at 20 k steps × 480
+    units).  ``append`` adds rows, ``expire`` drops the oldest, :meth:`dot` is the
+    matrix-vector product (each row's products summed in column order)."""
+
+    def __init__(self) -> None:
+        self._row = np.empty(0, np.int64)  # the entry's row, counted from the first appended
+        self._col = np.empty(0, np.int32)
+        self._val = np.empty(0, np.float64)
+        self._head = 0
+        self._end = 0
+        self._first = 0  # the first live row
+        self._count = 0  # rows appended
+
+    def __len__(self) -> int:
+        return self._count - self._first
+
+    @property
+    def nnz(self) -> int:
+        return self._end - self._head
+
+    def append(self, x: F64) -> None:
+        """Append the rows of ``x`` (rows × columns; its nonzero entries are kept)."""
+        r, c = np.nonzero(x)
+        k = len(r)
+        if self._end + k > len(self._row):
+            n = self.nnz
+            cap = len(self._row) if n + k <= len(self._row) // 2 else max(2 * (n + k), 256)
+            row, col, val = (np.empty(cap, np.int64), np.empty(cap, np.int32),
+                             np.empty(cap, np.float64))
+            sl = slice(self._head, self._end)
+            row[:n], col[:n], val[:n] = self._row[sl], self._col[sl], self._val[sl]
+            self._row, self._col, self._val = row, col, val
+            self._head, self._end = 0, n
+        sl = slice(self._end, self._end + k)
+        self._row[sl] = r + self._count
+        self._col[sl] = c
+        self._val[sl] = x[r, c]
+        self._end += k
+        self._count += x.shape[0]
+
+    def expire(self, rows: int) -> None:
+        """Drop the ``rows`` oldest rows."""
+        self._first = min(self._first + rows, self._count)
+        self._head += int(np.searchsorted(self._row[self._head:self._end], self._first))
+
+    def dot(self, w: F64) -> F64:
+        """``dense @ w`` (``w``: one value per column, at least as many as any row uses)."""
+        sl = slice(self._head, self._end)
+        terms = self._val[sl] * w[self._col[sl]]
+        return np.bincount(self._row[sl] - self._first, weights=terms,
+                           minlength=len(self)).astype(np.float64, copy=False)
+
+    def dense(self, cols: int) -> F64:
+        """The live rows as a dense (rows × ``cols``) matrix (for tests and checks)."""
+        out = np.zeros((len(self), cols))
+        sl = slice(self._head, self._end)
+        out[self._row[sl] - self._first, self._col[sl]] = self._val[sl]
+        return out
+
+
 class StepRing:
-    """Settled steps ``(start, duration, busy per class, items)`` over the horizon (two
-    :class:`RowRing`: the duration and the items (NaN = none given) in the reading column)."""
+    """Settled steps ``(start, duration, busy per unit, items)`` over the horizon (two
+    :class:`RowRing`: the duration and the items (NaN = none given) in the reading column;
+    the busy time per unit as :class:`SparseRows`)."""
 
     def __init__(self) -> None:
         self._ring = RowRing()
         self._items = RowRing()
+        self.busy = SparseRows()
         self.index = StepIndex()  # the sorted latencies, in step with it
         self.source = "ProfilerStep"
 
@@ -186,8 +252,9 @@ class StepRing:
 
     def append(self, start_ns: I64, dur_s: F64, busy_s: F64, items: F64) -> None:
         none = np.zeros((len(start_ns), 0))
-        self._ring.append(start_ns, dur_s, (busy_s, none, none))
+        self._ring.append(start_ns, dur_s, (none, none, none))
         self._items.append(start_ns, items, (none, none, none))
+        self.busy.append(busy_s)
         self.index.append(dur_s)
 
     def expire(self, before_ns: int) -> None:
@@ -196,6 +263,7 @@ class StepRing:
         n = len(d)
         self._ring.expire(before_ns)
         self._items.expire(before_ns)
+        self.busy.expire(n - len(self._ring))
         self.index.expire(d[:n - len(self._ring)])  # a view: the ring writes only at its end
 
     def times(self) -> StepTimes:
@@ -204,6 +272,8 @@ class StepRing:
         _, d, _, _, _ = self._ring.view()
         return self.index.times(d, self._items.view()[1], self.source)
 
-    def view(self) -> tuple[I64, F64, F64, F64]:
-        t, d, x, _, _ = self._ring.view()
-        return t, d, x, self._items.view()[1]
+    def view(self) -> tuple[I64, F64, F64]:
+        """``(start_ns, dur_s, items)`` of the live steps (views: do not keep across
+        appends)."""
+        t, d, _, _, _ = self._ring.view()
+        return t, d, self._items.view()[1]

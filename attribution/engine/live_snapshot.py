@@ -64,7 +64,7 @@ class DevicePart:
     gram_g: F64  # Gram matrix of [1, group activity (, tail)] over the readings
     p_idle_w: float
     dyn_j: F64  # per class: Σ over its units of ΔP_unit × time_unit
-    unit_dp_w: F64  # per unit (the columns of ``step_busy_s``)
+    unit_dp_w: F64  # per unit
     rms_w: float
     ci: ClassCi | None
     calls: F64
@@ -78,7 +78,7 @@ class DevicePart:
     energy_mj: I64
     step_start_ns: I64
     step_dur_s: F64
-    step_busy_s: F64  # (steps, units)
+    step_dyn_j: F64  # per step: Σ over units of busy time × ΔP
     step_items: F64  # NaN where a step has no item count
     step_source: str
     held_idle_w: tuple[float, float] | None = None
@@ -158,7 +158,7 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     mask = parts[0].step_start_ns >= win[0]
     if not bool(mask.any()):
         return None
-    # the usual case, every step inside: no copy of the (steps × classes) busy matrix
+    # the usual case, every step inside: the columns as they are, no masked copies
     every = bool(mask.all())
     keep: npt.NDArray[np.bool_] | slice = slice(None) if every else mask
     dur_s = parts[0].step_dur_s[keep]
@@ -166,8 +166,7 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     for p in parts:
         if len(p.step_start_ns) != len(mask):
             continue
-        busy = p.step_busy_s[keep]
-        energy += p.p_idle_w * dur_s + busy @ p.unit_dp_w[:busy.shape[1]]
+        energy += p.p_idle_w * dur_s + p.step_dyn_j[keep]
     times = parts[0].step_times
     if times is None or not every:
         times = step_times(dur_s, parts[0].step_items[keep], sla_ms=None,
