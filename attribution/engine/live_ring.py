@@ -173,65 +173,85 @@ class RowRing:
 
 
 class SparseRows:
-    """Rows of per-unit values kept as their nonzero entries ``(row, column, value)``, oldest
-    row first: a step's busy time per unit, where a step runs a few dozen of hundreds of
-    units (a dense (steps × units) matrix was ~95 % zeros and 80 MB at 20 k steps × 480
-    units).  ``append`` adds rows, ``expire`` drops the oldest, :meth:`dot` is the
-    matrix-vector product (each row's products summed in column order)."""
+    """Rows of per-unit values kept as their nonzero entries, oldest row first (compressed
+    rows: each row's entries are one run of ``(column, value)``): a step's busy time per
+    unit, where a step runs a few dozen of hundreds of units (a dense (steps × units) matrix
+    was ~95 % zeros and 80 MB at 20 k steps × 480 units).  ``append`` adds rows, ``expire``
+    drops the oldest, :meth:`dot` is the matrix-vector product (each row's products summed
+    in column order)."""
 
     def __init__(self) -> None:
-        self._row = np.empty(0, np.int64)  # the entry's row, counted from the first appended
-        self._col = np.empty(0, np.int32)
+        self._col = np.empty(0, np.intp)
         self._val = np.empty(0, np.float64)
-        self._head = 0
-        self._end = 0
-        self._first = 0  # the first live row
-        self._count = 0  # rows appended
+        self._e0 = 0  # entries: buffer positions [_e0, _e1)
+        self._e1 = 0
+        self._ebase = 0  # entries dropped or moved out of the buffer's front
+        self._start = np.empty(0, np.int64)  # each row's first entry, counted from the first
+        self._r0 = 0  # rows: buffer positions [_r0, _r1)
+        self._r1 = 0
 
     def __len__(self) -> int:
-        return self._count - self._first
+        return self._r1 - self._r0
 
     @property
     def nnz(self) -> int:
-        return self._end - self._head
+        return self._e1 - self._e0
 
     def append(self, x: F64) -> None:
         """Append the rows of ``x`` (rows × columns; its nonzero entries are kept)."""
         r, c = np.nonzero(x)
-        k = len(r)
-        if self._end + k > len(self._row):
+        k, rows = len(r), x.shape[0]
+        if self._e1 + k > len(self._col):
             n = self.nnz
-            cap = len(self._row) if n + k <= len(self._row) // 2 else max(2 * (n + k), 256)
-            row, col, val = (np.empty(cap, np.int64), np.empty(cap, np.int32),
-                             np.empty(cap, np.float64))
-            sl = slice(self._head, self._end)
-            row[:n], col[:n], val[:n] = self._row[sl], self._col[sl], self._val[sl]
-            self._row, self._col, self._val = row, col, val
-            self._head, self._end = 0, n
-        sl = slice(self._end, self._end + k)
-        self._row[sl] = r + self._count
+            cap = len(self._col) if n + k <= len(self._col) // 2 else max(2 * (n + k), 256)
+            col, val = np.empty(cap, np.intp), np.empty(cap, np.float64)
+            col[:n], val[:n] = self._col[self._e0:self._e1], self._val[self._e0:self._e1]
+            self._col, self._val = col, val
+            self._ebase += self._e0
+            self._e0, self._e1 = 0, n
+        if self._r1 + rows > len(self._start):
+            n = len(self)
+            cap = (len(self._start) if n + rows <= len(self._start) // 2
+                   else max(2 * (n + rows), 64))
+            start = np.empty(cap, np.int64)
+            start[:n] = self._start[self._r0:self._r1]
+            self._start, self._r0, self._r1 = start, 0, n
+        first = self._ebase + self._e1
+        self._start[self._r1:self._r1 + rows] = first + np.searchsorted(r, np.arange(rows))
+        self._r1 += rows
+        sl = slice(self._e1, self._e1 + k)
         self._col[sl] = c
         self._val[sl] = x[r, c]
-        self._end += k
-        self._count += x.shape[0]
+        self._e1 += k
 
     def expire(self, rows: int) -> None:
         """Drop the ``rows`` oldest rows."""
-        self._first = min(self._first + rows, self._count)
-        self._head += int(np.searchsorted(self._row[self._head:self._end], self._first))
+        self._r0 = min(self._r0 + rows, self._r1)
+        self._e0 = (int(self._start[self._r0]) - self._ebase if self._r0 < self._r1
+                    else self._e1)
+
+    def _starts(self) -> I64:
+        """Each live row's first entry as a position in the live entries."""
+        return self._start[self._r0:self._r1] - (self._ebase + self._e0)
 
     def dot(self, w: F64) -> F64:
         """``dense @ w`` (``w``: one value per column, at least as many as any row uses)."""
-        sl = slice(self._head, self._end)
-        terms = self._val[sl] * w[self._col[sl]]
-        return np.bincount(self._row[sl] - self._first, weights=terms,
-                           minlength=len(self)).astype(np.float64, copy=False)
+        out = np.zeros(len(self))
+        if not self.nnz:
+            return out
+        terms = np.take(w, self._col[self._e0:self._e1])
+        terms *= self._val[self._e0:self._e1]
+        starts = self._starts()
+        ran = starts < np.r_[starts[1:], self.nnz]  # rows with entries
+        out[ran] = np.add.reduceat(terms, starts[ran])
+        return out
 
     def dense(self, cols: int) -> F64:
         """The live rows as a dense (rows × ``cols``) matrix (for tests and checks)."""
         out = np.zeros((len(self), cols))
-        sl = slice(self._head, self._end)
-        out[self._row[sl] - self._first, self._col[sl]] = self._val[sl]
+        counts = np.diff(np.r_[self._starts(), self.nnz])
+        out[np.repeat(np.arange(len(self)), counts), self._col[self._e0:self._e1]] = \
+            self._val[self._e0:self._e1]
         return out
 
 
