@@ -119,14 +119,17 @@ class RowRing:
 
     ``x*`` have one column per class; classes first seen later add zero columns.  Storage is
     one buffer per field with capacity doubling; ``view()`` returns the live rows without a
-    copy; ``expire`` moves the head; ``append`` compacts when the tail is full.
+    copy; ``expire`` moves the head; ``append`` compacts when the tail is full.  The ``x*``
+    buffers are held class-major (a class's values over the rows contiguous; the views are
+    their transposes), so the fit's gather of a few dozen class columns out of hundreds reads
+    only those columns.
     """
 
     def __init__(self) -> None:
         self.n_cls = 0
         self._t = np.empty(0, np.int64)
         self._y = np.empty(0, np.float64)
-        self._x = [np.empty((0, 0), np.float64) for _ in range(3)]
+        self._x = [np.empty((0, 0), np.float64) for _ in range(3)]  # (classes, rows)
         self._head = 0
         self._end = 0
 
@@ -141,24 +144,24 @@ class RowRing:
         y[:n] = self._y[self._head:self._end]
         xs = []
         for x in self._x:
-            nx = np.zeros((rows, cols), np.float64)
-            nx[:n, :self.n_cls] = x[self._head:self._end, :self.n_cls]
+            nx = np.zeros((cols, rows), np.float64)
+            nx[:self.n_cls, :n] = x[:self.n_cls, self._head:self._end]
             xs.append(nx)
         self._t, self._y, self._x = t, y, xs
         self._head, self._end, self.n_cls = 0, n, cols
 
     def append(self, t: I64, y: F64, xs: tuple[F64, F64, F64]) -> None:
         k, cols = len(t), max(self.n_cls, xs[0].shape[1])
-        if self._end + k > len(self._t) or cols > self._x[0].shape[1]:
+        if self._end + k > len(self._t) or cols > self._x[0].shape[0]:
             need = len(self) + k
             cap = len(self._t) if need <= len(self._t) // 2 else max(2 * need, 64)
-            self._realloc(cap, max(cols, self._x[0].shape[1]))
+            self._realloc(cap, max(cols, self._x[0].shape[0]))
         self.n_cls = cols
         sl = slice(self._end, self._end + k)
         self._t[sl], self._y[sl] = t, y
         for buf, x in zip(self._x, xs, strict=True):
-            buf[sl, :x.shape[1]] = x
-            buf[sl, x.shape[1]:] = 0.0
+            buf[:x.shape[1], sl] = x.T
+            buf[x.shape[1]:, sl] = 0.0
         self._end += k
 
     def expire(self, before_ns: int) -> None:
@@ -166,9 +169,10 @@ class RowRing:
         self._head += int(np.searchsorted(self._t[self._head:self._end], before_ns))
 
     def view(self) -> tuple[I64, F64, F64, F64, F64]:
-        """The live rows ``(t, y, x, x_lo, x_hi)`` (views: do not keep across appends)."""
+        """The live rows ``(t, y, x, x_lo, x_hi)`` (views, ``x*`` (rows × classes) with the
+        classes' values contiguous: do not keep across appends)."""
         sl = slice(self._head, self._end)
-        x, xl, xh = (b[sl, :self.n_cls] for b in self._x)
+        x, xl, xh = (b[:self.n_cls, sl].T for b in self._x)
         return self._t[sl], self._y[sl], x, xl, xh
 
 
