@@ -256,22 +256,40 @@ def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float) -> None:
         assert np.all(x.sum(axis=1) > 0)
 
 
-def test_busy_with_extra_answers_the_extra_times_with_the_first_query() -> None:
-    """A reduction's step edges ride on its rows' first busy-time query: the rows' and the
-    extra times' answers equal separate queries, to the bit, whether a query comes first or
-    not; later queries are plain."""
-    from attribution.engine.live_reduce import BusyWithExtra
-
+def test_overlaps_are_busy_differences_summed_per_cell() -> None:
+    """``QueryBusy.overlaps``: the weighted sum of each interval's busy time per (cell,
+    class) equals ``B(hi) − B(lo)`` from the dense query, for long and short items, zero-
+    length ones, items that ended before the bound, intervals sharing a cell and intervals
+    no item reaches; the overlaps are the exact ones (integer nanoseconds)."""
     rng = np.random.default_rng(5)
-    s, e, g = _items(rng, 3000, 5)
-    qb = QueryBusy(s, e, g, 5, need_from_ns=10**8)
-    rows = np.sort(rng.integers(2 * 10**8, 10**9, 40))
-    extra = rng.integers(2 * 10**8, 10**9, 12)
-    later = rng.integers(2 * 10**8, 10**9, 7)
-    first = BusyWithExtra(qb, extra)
-    assert np.array_equal(first(rows), qb(rows))
-    assert np.array_equal(first.extra(), qb(extra))
-    assert np.array_equal(first(later), qb(later))
-    alone = BusyWithExtra(qb, extra)  # no query before: the extra times are asked alone
-    assert np.array_equal(alone.extra(), qb(extra))
-    assert np.array_equal(BusyWithExtra(qb, None)(rows), qb(rows))
+    for trial in range(60):
+        n, n_cls = int(rng.integers(0, 3000)), int(rng.integers(1, 9))
+        s = rng.integers(0, 10**9, n)
+        # durations over six orders of magnitude (the duration bins), some zero
+        d = (10 ** rng.uniform(2, 8.5, n)).astype(np.int64) * (rng.random(n) < 0.95)
+        g = rng.integers(0, n_cls, n)
+        bound = 2 * 10**8
+        qb = QueryBusy(s, s + d, g, n_cls, need_from_ns=bound)
+        k = int(rng.integers(0, 120))
+        lo = rng.integers(bound, 10**9, k)
+        if n >= 2 and k >= 2:
+            lo[:2] = np.maximum(s[:2], bound)  # intervals starting at an item's start
+        hi = lo + (10 ** rng.uniform(0, 8, k)).astype(np.int64)
+        if trial % 7 == 0:
+            hi = lo + 1  # one nanosecond
+        n_cells = max(1, k // 3)
+        cell = rng.integers(0, n_cells, k)
+        w = rng.uniform(0.1, 3.0, k)
+        got = qb.overlaps(lo, hi, cell, n_cells, w)
+        b = qb(np.r_[lo, hi])
+        want = np.zeros((n_cells, n_cls))
+        np.add.at(want, cell, (b[k:] - b[:k]) * w[:, None])
+        assert got.shape == (n_cells, n_cls)
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12)
+        assert np.all(got >= 0)
+    # exact: one item, intervals inside, across each edge, covering it, and outside
+    one = QueryBusy(np.array([100]), np.array([200]), np.array([0]), 1, need_from_ns=0)
+    lo = np.array([120, 50, 150, 0, 200, 300])
+    hi = np.array([130, 110, 260, 400, 250, 301])
+    got = one.overlaps(lo, hi, np.arange(6), 6, np.ones(6))[:, 0] * 1e9
+    assert np.allclose(got, [10, 10, 50, 100, 0, 0], rtol=0, atol=1e-6)

@@ -47,7 +47,6 @@ from attribution.engine.live_redo import Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
     LOOKBACK_NS,
-    BusyWithExtra,
     ChunkBuffer,
     _fsum,
     busy_from,
@@ -412,10 +411,7 @@ class LiveEngine:
             it = items_for_device(sub, st.device)
             cls = st.unit_ids(it)
             n_cls = len(st.classes)  # the wider read may hold classes not seen before
-        # the steps' edges are answered with the rows' first busy-time query (one pass over
-        # the records for both)
-        busy = BusyWithExtra(busy_from(it, cls, n_cls, need_from),
-                             np.concatenate([steps[0], steps[1]]) if steps is not None else None)
+        busy = busy_from(it, cls, n_cls, need_from)
         if len(t):
             xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
@@ -423,9 +419,9 @@ class LiveEngine:
                                  now_ns=self.now_ns)
         if steps is not None:
             s0, e0, items = steps
-            bb = busy.extra()
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
-                            bb[len(s0):] - bb[:len(s0)], items)
+                            busy.overlaps(s0, e0, np.arange(len(s0)), len(s0),
+                                          np.ones(len(s0))), items)
         if not len(t):
             return
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))

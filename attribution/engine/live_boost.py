@@ -23,7 +23,7 @@ import numpy as np
 from attribution.engine import regress
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
-from attribution.engine.live_reduce import reading_rows
+from attribution.engine.live_reduce import QueryBusy, reading_rows
 from attribution.engine.tail import fit_tail_params, idle_gaps, tail_fractions
 from attribution.engine.timebase import ActivityFn, slow_response_steps, window_fractions
 from attribution.model import F64, I64
@@ -109,7 +109,7 @@ class ResponseSearch:
         return self.result
 
 
-def row_columns(busy: ActivityFn, t_ns: I64, *, window_ms: float, lag_ms: float,
+def row_columns(busy: QueryBusy, t_ns: I64, *, window_ms: float, lag_ms: float,
                 tau_ms: float, boost: Boost, start_ns: I64, end_ns: I64,
                 prev_end_ns: int | None, now_ns: int) -> tuple[list[F64], list[F64] | None]:
     """Per-unit activity of the rows ``t_ns`` at lag, lag − and lag + ``LAG_SLACK_MS`` (with

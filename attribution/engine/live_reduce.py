@@ -23,7 +23,7 @@ delay and however often the engine is polled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -297,6 +297,7 @@ class QueryBusy:
         self.dur_ns = np.maximum(end_ns[m] - self.start_ns, 0)
         self.cls = cls[m].astype(np.int64)
         self.n_cls = n_cls
+        self._by_bin: list[tuple[I64, I64, I64, int]] | None = None
 
     def __call__(self, t_ns: I64) -> F64:
         q, inv = np.unique(t_ns, return_inverse=True)
@@ -335,30 +336,61 @@ class QueryBusy:
         np.multiply(busy, 1e-9, out=busy)
         return np.ascontiguousarray(busy[inv.reshape(-1)])
 
+    def overlaps(self, lo_ns: I64, hi_ns: I64, cell: I64, n_cells: int,
+                 weight: F64) -> F64:
+        """``Σ_j weight_j × |[s_i, e_i) ∩ [lo_j, hi_j)|`` in seconds, summed per (``cell_j``,
+        class of item i): shape (``n_cells``, classes).  The intervals start at or after
+        ``need_from_ns``.
 
-class BusyWithExtra:
-    """A :class:`QueryBusy` that answers ``extra_ns`` along with its first query (the
-    reduction's step edges with its rows' window edges: one pass over the records for both,
-    the same values, since each query's busy time is exact whatever else is asked)."""
+        ``B(hi) − B(lo)`` per interval, without the dense (queries × classes) table that
+        :meth:`__call__` builds: only the (interval, item) pairs that can overlap are
+        visited.  The items are binned by duration (powers of two); within a bin, sorted by
+        start, the items that can reach an interval start after ``lo − longest`` and before
+        ``hi`` (one range per interval, at most about twice the items that do reach it).
+        Each overlap is exact in integer nanoseconds; the weighted sum is in float64 (the
+        differences of cumulative sums it replaces cancelled to ~1e-13 of a window's value).
+        """
+        n = self.n_cls
+        if not (len(self.start_ns) and len(lo_ns)):
+            return np.zeros((n_cells, n))
+        keys, terms = [], []
+        for s, e, c, longest in self._bins():
+            i0 = np.searchsorted(s, lo_ns - longest, side="right")
+            i1 = np.searchsorted(s, hi_ns, side="left")
+            cnt = np.maximum(i1 - i0, 0)
+            total = int(cnt.sum())
+            if not total:
+                continue
+            j = np.repeat(np.arange(len(lo_ns)), cnt)
+            i = np.arange(total) + np.repeat(i0 - (np.cumsum(cnt) - cnt), cnt)
+            ov = np.minimum(e[i], hi_ns[j]) - np.maximum(s[i], lo_ns[j])
+            hit = ov > 0
+            keys.append(cell[j[hit]] * n + c[i[hit]])
+            terms.append(ov[hit] * weight[j[hit]])
+        if not keys:
+            return np.zeros((n_cells, n))
+        out: F64 = np.bincount(np.concatenate(keys), weights=np.concatenate(terms),
+                               minlength=n_cells * n).astype(np.float64, copy=False)
+        out *= 1e-9
+        return out.reshape(n_cells, n)
 
-    def __init__(self, busy: QueryBusy, extra_ns: I64 | None) -> None:
-        self._busy = busy
-        self._extra = extra_ns
-        self._got: F64 | None = None
-
-    def __call__(self, t_ns: I64) -> F64:
-        if self._extra is None or self._got is not None:
-            return self._busy(t_ns)
-        both = self._busy(np.concatenate([t_ns, self._extra]))
-        self._got = both[len(t_ns):]
-        return both[:len(t_ns)]
-
-    def extra(self) -> F64:
-        """Busy time at ``extra_ns`` (asked now if no query came first)."""
-        assert self._extra is not None
-        if self._got is None:
-            self._got = self._busy(self._extra)
-        return self._got
+    def _bins(self) -> list[tuple[I64, I64, I64, int]]:
+        """The items binned by duration (⌊log2⌋, zero-length items left out): per bin its
+        starts (sorted), ends, classes and longest duration; built on first use."""
+        if self._by_bin is None:
+            d = self.dur_ns
+            pos = np.flatnonzero(d > 0)
+            b = np.frexp(d[pos].astype(np.float64))[1]
+            by = np.lexsort((self.start_ns[pos], b))
+            order, b = pos[by], b[by]
+            edges = np.flatnonzero(np.diff(b)) + 1
+            self._by_bin = []
+            for sel in np.split(order, edges):
+                if len(sel):
+                    s = self.start_ns[sel]
+                    dd = self.dur_ns[sel]
+                    self._by_bin.append((s, s + dd, self.cls[sel], int(dd.max())))
+        return self._by_bin
 
 
 def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
@@ -366,24 +398,23 @@ def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
     return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
 
 
-def reading_rows(busy: Callable[[I64], F64], t_ns: I64, window_ms: float, lag_ms: float,
+def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
                  tau_ms: float) -> tuple[F64, F64, F64]:
     """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
     ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):
-    :func:`~attribution.engine.timebase.window_fractions` at the three lags, with one
-    busy-time query for all of them."""
+    :func:`~attribution.engine.timebase.window_fractions` at the three lags (the mean over
+    the response's delay points of each window's busy fraction), from the (window, record)
+    overlaps (:meth:`QueryBusy.overlaps`)."""
     n = len(t_ns)
     q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
     u = tau_ms * q if tau_ms > 0 else np.zeros(1)
-    wt = np.full(len(u), 1.0 / len(u))
-    his = [(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6).astype(np.int64)
-            ).reshape(-1) for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)]
-    hi = np.concatenate(his)
+    # windows laid out (lag, delay point, reading); each adds into its (lag, reading) row
+    hi = np.concatenate([(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6)
+                          .astype(np.int64)).reshape(-1)
+                         for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)])
     lo = hi - np.int64(round(window_ms * 1e6))
-    both = busy(np.concatenate([lo, hi]))
-    m = len(hi)
-    frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
-    per_lag = frac.reshape(3, len(u), n, -1)
-    x, xl, xh = (np.asarray(np.tensordot(wt, per_lag[i], axes=1), np.float64)
-                 for i in range(3))
-    return x, xl, xh
+    cell = (np.arange(3)[:, None, None] * n + np.arange(n)[None, None, :]
+            + np.zeros((1, len(u), 1), np.int64)).reshape(-1)
+    weight = np.full(len(hi), 1.0 / (len(u) * window_ms * 1e-3))
+    rows = busy.overlaps(lo, hi, cell, 3 * n, weight).reshape(3, n, -1)
+    return rows[0], rows[1], rows[2]
