@@ -239,19 +239,21 @@ def test_panel_key_unique_is_numpys() -> None:
 
 
 @pytest.mark.parametrize("tau_ms", [0.0, 1.2])
-def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float) -> None:
+@pytest.mark.parametrize("n_cls", [4, 300])  # the dense table, then the overlaps
+def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float, n_cls: int) -> None:
     from attribution.engine.build import LAG_SLACK_MS
     from attribution.engine.live_reduce import reading_rows
     from attribution.engine.timebase import window_fractions
 
     rng = np.random.default_rng(2)
-    s, e, g = _items(rng, 3000, 4)
+    s, e, g = _items(rng, 3000, n_cls)
     t = np.sort(rng.integers(3 * 10**8, 9 * 10**8, 40))
-    ref_busy = BusyFunction(s, e, g.astype(np.int32), 4, origin_ns=0)
-    got = reading_rows(QueryBusy(s, e, g, 4, need_from_ns=2 * 10**8), t, 25.0, 3.5, tau_ms)
+    ref_busy = BusyFunction(s, e, g.astype(np.int32), n_cls, origin_ns=0)
+    got = reading_rows(QueryBusy(s, e, g, n_cls, need_from_ns=2 * 10**8), t, 25.0, 3.5,
+                       tau_ms)
     for x, d in zip(got, (0.0, -LAG_SLACK_MS, LAG_SLACK_MS), strict=True):
         want = window_fractions(ref_busy, t, 25.0, 3.5 + d, tau_ms)
-        assert x.shape == want.shape == (40, 4)
+        assert x.shape == want.shape == (40, n_cls)
         assert np.allclose(x, want, rtol=0, atol=1e-9)
         assert np.all(x.sum(axis=1) > 0)
 
@@ -293,3 +295,21 @@ def test_overlaps_are_busy_differences_summed_per_cell() -> None:
     hi = np.array([130, 110, 260, 400, 250, 301])
     got = one.overlaps(lo, hi, np.arange(6), 6, np.ones(6))[:, 0] * 1e9
     assert np.allclose(got, [10, 10, 50, 100, 0, 0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_cls", [3, 400])  # the dense table, then the overlaps
+def test_span_busy_is_busy_time_inside_each_span(n_cls: int) -> None:
+    from attribution.engine.live_reduce import span_busy
+
+    rng = np.random.default_rng(4)
+    s, e, g = _items(rng, 2000, n_cls)
+    qb = QueryBusy(s, e, g, n_cls, need_from_ns=2 * 10**8)
+    lo = np.sort(rng.integers(2 * 10**8, 9 * 10**8, 60))
+    hi = lo + rng.integers(0, 5 * 10**7, 60)
+    got = span_busy(qb, lo, hi)
+    # item by item: the overlap of each item with each span, summed per class
+    ov = np.clip(np.minimum(e[None, :], hi[:, None]) - np.maximum(s[None, :], lo[:, None]),
+                 0, None) * 1e-9
+    want = np.stack([ov[:, g == c].sum(axis=1) for c in range(n_cls)], axis=1)
+    assert got.shape == (60, n_cls)
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-12)

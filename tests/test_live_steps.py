@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
-from attribution.engine.live_ring import SparseRows, StepRing
+from attribution.engine.live_ring import DENSE_STEP_UNITS, SparseRows, StepRing
 from attribution.engine.live_solve import CI_Q
 from attribution.quantiles import percentiles, sorted_percentiles
 from attribution.sim import simulate
@@ -28,7 +28,7 @@ from attribution.steps import step_times, summarize, with_energy
 def _same_times(ring: StepRing) -> None:
     start_ns, dur_s, items = ring.view()
     # the busy rows stay in step with the ring (each step's first column holds its start)
-    np.testing.assert_array_equal(ring.busy.dense(2)[:, 0], start_ns.astype(np.float64))
+    np.testing.assert_array_equal(ring.busy_dense(2)[:, 0], start_ns.astype(np.float64))
     got = ring.times()
     want = step_times(dur_s, items, sla_ms=None, source=ring.source)
     for f in dataclasses.fields(want):
@@ -143,3 +143,28 @@ def test_sparse_rows_equal_dense_after_appends_and_expiry(seed: int) -> None:
         w = rng.normal(size=dense.shape[1] + 3)
         np.testing.assert_allclose(rows.dot(w), dense @ w[:dense.shape[1]], rtol=1e-12,
                                    atol=1e-15)
+
+
+def test_step_ring_busy_moves_to_sparse_rows_when_units_grow() -> None:
+    """A ring that starts with few units and grows past DENSE_STEP_UNITS keeps every step's
+    busy time, before and after the move, through expiry."""
+    rng = np.random.default_rng(9)
+    ring = StepRing()
+    dense = np.zeros((0, 1))
+    starts = np.empty(0, np.int64)
+    for i, cols in enumerate([3, 3, 10, DENSE_STEP_UNITS, DENSE_STEP_UNITS + 5, 90, 90]):
+        k = 7
+        x = np.where(rng.random((k, cols)) < 0.3, rng.random((k, cols)), 0.0)
+        t = i * 100 + np.arange(k, dtype=np.int64)
+        ring.append(t, np.full(k, 0.01), x, np.full(k, np.nan))
+        width = max(dense.shape[1], cols)
+        dense = np.vstack([np.pad(dense, ((0, 0), (0, width - dense.shape[1]))),
+                           np.pad(x, ((0, 0), (0, width - cols)))])
+        starts = np.r_[starts, t]
+        if i == 5:
+            ring.expire(250)
+            dense, starts = dense[starts >= 250], starts[starts >= 250]
+        np.testing.assert_array_equal(ring.busy_dense(width), dense)
+        w = rng.normal(size=width)
+        np.testing.assert_allclose(ring.busy_dot(w), dense @ w, rtol=1e-12, atol=1e-15)
+    assert ring._sparse is not None and ring._dense is None  # the wide form was taken

@@ -52,6 +52,7 @@ from attribution.engine.live_reduce import (
     busy_from,
     reduce_slab,
     row_reach_ns,
+    span_busy,
 )
 from attribution.engine.live_ring import (
     N_CAUSES,
@@ -420,8 +421,7 @@ class LiveEngine:
         if steps is not None:
             s0, e0, items = steps
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
-                            busy.overlaps(s0, e0, np.arange(len(s0)), len(s0),
-                                          np.ones(len(s0))), items)
+                            span_busy(busy, s0, e0), items)
         if not len(t):
             return
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))
@@ -508,7 +508,7 @@ class LiveEngine:
             idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
             step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
-            step_dyn_j=st.steps.busy.dot(f.unit_dp_w),
+            step_dyn_j=st.steps.busy_dot(f.unit_dp_w),
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first else None,
             held_idle_w=f.held_idle_w, slow_response=st.boost.slow,

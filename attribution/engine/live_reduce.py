@@ -12,8 +12,9 @@ Owns
 * :func:`busy_from`: the busy-time function a reduction's reading rows and steps are read
   from, built only from the records that can change a difference ``B(hi) − B(lo)`` over
   the windows asked for (those ending after the earliest window start);
-* :func:`row_reach_ns` and :func:`reading_rows`: how far before a reading its windows reach,
-  and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``.
+* :func:`row_reach_ns`, :func:`reading_rows` and :func:`span_busy`: how far before a reading
+  its windows reach, its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``, and
+  the busy time per class inside a step.
 
 The engine itself (:mod:`attribution.engine.live`) decides when to reduce and keeps the
 results in its rings (:mod:`attribution.engine.live_ring`).  A reduction reads each record a
@@ -398,23 +399,50 @@ def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
     return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
 
 
+DENSE_CELLS = 32_768
+"""Up to this many (query × class) cells a reduction reads busy time off the dense table of
+cumulative sums (:meth:`QueryBusy.__call__`: a few passes over the cells, exact, and the
+fewest steps when classes are few); above it, off the (interval, record) overlaps
+(:meth:`QueryBusy.overlaps`: cost in the pairs that meet, not in the classes)."""
+
+
 def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
                  tau_ms: float) -> tuple[F64, F64, F64]:
     """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
     ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):
     :func:`~attribution.engine.timebase.window_fractions` at the three lags (the mean over
-    the response's delay points of each window's busy fraction), from the (window, record)
-    overlaps (:meth:`QueryBusy.overlaps`)."""
+    the response's delay points of each window's busy fraction), from one busy-time query
+    for all of them, or with many classes from the (window, record) overlaps."""
     n = len(t_ns)
     q = -np.log1p(-(np.arange(TAU_POINTS) + 0.5) / TAU_POINTS)
     u = tau_ms * q if tau_ms > 0 else np.zeros(1)
-    # windows laid out (lag, delay point, reading); each adds into its (lag, reading) row
+    # windows laid out (lag, delay point, reading)
     hi = np.concatenate([(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6)
                           .astype(np.int64)).reshape(-1)
                          for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)])
     lo = hi - np.int64(round(window_ms * 1e6))
+    if 2 * len(hi) * busy.n_cls <= DENSE_CELLS:
+        both = busy(np.concatenate([lo, hi]))
+        m = len(hi)
+        frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
+        per_lag = frac.reshape(3, len(u), n, -1)
+        wt = np.full(len(u), 1.0 / len(u))
+        x, xl, xh = (np.asarray(np.tensordot(wt, per_lag[i], axes=1), np.float64)
+                     for i in range(3))
+        return x, xl, xh
+    # each window adds into its (lag, reading) row
     cell = (np.arange(3)[:, None, None] * n + np.arange(n)[None, None, :]
             + np.zeros((1, len(u), 1), np.int64)).reshape(-1)
     weight = np.full(len(hi), 1.0 / (len(u) * window_ms * 1e-3))
     rows = busy.overlaps(lo, hi, cell, 3 * n, weight).reshape(3, n, -1)
     return rows[0], rows[1], rows[2]
+
+
+def span_busy(busy: QueryBusy, start_ns: I64, end_ns: I64) -> F64:
+    """Busy seconds per class inside each span ``[start, end)`` (a reduction's steps): the
+    difference of two busy-time queries, or with many classes the overlaps."""
+    k = len(start_ns)
+    if 2 * k * busy.n_cls <= DENSE_CELLS:
+        b = busy(np.concatenate([start_ns, end_ns]))
+        return np.asarray(b[k:] - b[:k], np.float64)
+    return busy.overlaps(start_ns, end_ns, np.arange(k), k, np.ones(k))

@@ -259,15 +259,22 @@ class SparseRows:
         return out
 
 
+DENSE_STEP_UNITS = 64
+"""Up to this many units a step ring keeps its busy time as dense rows (a product over
+them is the cheapest); wider, as :class:`SparseRows` (a step runs few of them)."""
+
+
 class StepRing:
-    """Settled steps ``(start, duration, busy per unit, items)`` over the horizon (two
-    :class:`RowRing`: the duration and the items (NaN = none given) in the reading column;
-    the busy time per unit as :class:`SparseRows`)."""
+    """Settled steps ``(start, duration, busy per unit, items)`` over the horizon: the
+    duration and the items (NaN = none given) in two :class:`RowRing`; the busy time per
+    unit in a third while units are few, as :class:`SparseRows` once they are more than
+    :data:`DENSE_STEP_UNITS`."""
 
     def __init__(self) -> None:
         self._ring = RowRing()
         self._items = RowRing()
-        self.busy = SparseRows()
+        self._dense: RowRing | None = RowRing()
+        self._sparse: SparseRows | None = None
         self.index = StepIndex()  # the sorted latencies, in step with it
         self.source = "ProfilerStep"
 
@@ -278,7 +285,15 @@ class StepRing:
         none = np.zeros((len(start_ns), 0))
         self._ring.append(start_ns, dur_s, (none, none, none))
         self._items.append(start_ns, items, (none, none, none))
-        self.busy.append(busy_s)
+        if self._dense is not None and busy_s.shape[1] > DENSE_STEP_UNITS:
+            self._sparse = SparseRows()  # wide from now on: the rows so far move over
+            self._sparse.append(self._dense.view()[2])
+            self._dense = None
+        if self._dense is not None:
+            self._dense.append(start_ns, dur_s, (busy_s, none, none))
+        else:
+            assert self._sparse is not None
+            self._sparse.append(busy_s)
         self.index.append(dur_s)
 
     def expire(self, before_ns: int) -> None:
@@ -287,8 +302,28 @@ class StepRing:
         n = len(d)
         self._ring.expire(before_ns)
         self._items.expire(before_ns)
-        self.busy.expire(n - len(self._ring))
+        if self._dense is not None:
+            self._dense.expire(before_ns)
+        else:
+            assert self._sparse is not None
+            self._sparse.expire(n - len(self._ring))
         self.index.expire(d[:n - len(self._ring)])  # a view: the ring writes only at its end
+
+    def busy_dot(self, w: F64) -> F64:
+        """Each step's busy time per unit times ``w`` (one value per unit), summed."""
+        if self._dense is not None:
+            x = self._dense.view()[2]
+            return np.asarray(x @ w[:x.shape[1]], np.float64)
+        assert self._sparse is not None
+        return self._sparse.dot(w)
+
+    def busy_dense(self, cols: int) -> F64:
+        """The steps' busy time as a dense (steps × ``cols``) matrix (for tests)."""
+        if self._dense is not None:
+            x = self._dense.view()[2]
+            return np.pad(x, ((0, 0), (0, cols - x.shape[1])))
+        assert self._sparse is not None
+        return self._sparse.dense(cols)
 
     def times(self) -> StepTimes:
         """The energy-independent step statistics of every step in the ring
