@@ -299,17 +299,22 @@ def test_overlaps_are_busy_differences_summed_per_cell() -> None:
 
 @pytest.mark.parametrize("n_cls", [3, 400])  # the dense table, then the overlaps
 def test_span_busy_is_busy_time_inside_each_span(n_cls: int) -> None:
-    from attribution.engine.live_reduce import span_busy
-
+    """A reduction's steps: busy time per class inside each span, whether their edges ride
+    on the first query (to the bit the same as asked alone) or are asked alone."""
     rng = np.random.default_rng(4)
     s, e, g = _items(rng, 2000, n_cls)
-    qb = QueryBusy(s, e, g, n_cls, need_from_ns=2 * 10**8)
     lo = np.sort(rng.integers(2 * 10**8, 9 * 10**8, 60))
     hi = lo + rng.integers(0, 5 * 10**7, 60)
-    got = span_busy(qb, lo, hi)
+    alone = QueryBusy(s, e, g, n_cls, need_from_ns=2 * 10**8, spans=(lo, hi))
+    got = alone.span_busy()
     # item by item: the overlap of each item with each span, summed per class
     ov = np.clip(np.minimum(e[None, :], hi[:, None]) - np.maximum(s[None, :], lo[:, None]),
                  0, None) * 1e-9
     want = np.stack([ov[:, g == c].sum(axis=1) for c in range(n_cls)], axis=1)
     assert got.shape == (60, n_cls)
     assert np.allclose(got, want, rtol=1e-9, atol=1e-12)
+    rides = QueryBusy(s, e, g, n_cls, need_from_ns=2 * 10**8, spans=(lo, hi))
+    rows = np.sort(rng.integers(3 * 10**8, 9 * 10**8, 30))
+    assert np.array_equal(rides(rows), QueryBusy(s, e, g, n_cls,
+                                                  need_from_ns=2 * 10**8)(rows))
+    assert np.array_equal(rides.span_busy(), got)

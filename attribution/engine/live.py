@@ -52,7 +52,6 @@ from attribution.engine.live_reduce import (
     busy_from,
     reduce_slab,
     row_reach_ns,
-    span_busy,
 )
 from attribution.engine.live_ring import (
     N_CAUSES,
@@ -412,7 +411,8 @@ class LiveEngine:
             it = items_for_device(sub, st.device)
             cls = st.unit_ids(it)
             n_cls = len(st.classes)  # the wider read may hold classes not seen before
-        busy = busy_from(it, cls, n_cls, need_from)
+        busy = busy_from(it, cls, n_cls, need_from,
+                         (steps[0], steps[1]) if steps is not None else None)
         if len(t):
             xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
@@ -421,7 +421,7 @@ class LiveEngine:
         if steps is not None:
             s0, e0, items = steps
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
-                            span_busy(busy, s0, e0), items)
+                            busy.span_busy(), items)
         if not len(t):
             return
         st.rows.append(t, y, (xs[0], xs[1], xs[2]))

@@ -12,9 +12,8 @@ Owns
 * :func:`busy_from`: the busy-time function a reduction's reading rows and steps are read
   from, built only from the records that can change a difference ``B(hi) − B(lo)`` over
   the windows asked for (those ending after the earliest window start);
-* :func:`row_reach_ns`, :func:`reading_rows` and :func:`span_busy`: how far before a reading
-  its windows reach, its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``, and
-  the busy time per class inside a step.
+* :func:`row_reach_ns` and :func:`reading_rows`: how far before a reading its windows reach,
+  and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``.
 
 The engine itself (:mod:`attribution.engine.live`) decides when to reduce and keeps the
 results in its rings (:mod:`attribution.engine.live_ring`).  A reduction reads each record a
@@ -276,6 +275,13 @@ def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0) -> int:
                         + 1.0) * 1e6))
 
 
+DENSE_CELLS = 32_768
+"""Up to this many (query × class) cells a reduction reads busy time off the dense table of
+cumulative sums (:meth:`QueryBusy.__call__`: a few passes over the cells, exact, and the
+fewest steps when classes are few); above it, off the (interval, record) overlaps
+(:meth:`QueryBusy.overlaps`: cost in the pairs that meet, not in the classes)."""
+
+
 class QueryBusy:
     """``B_c(t)`` up to a constant per class, evaluated only at the times asked, without
     sorting the items: the same differences ``B(hi) − B(lo)`` as
@@ -292,7 +298,9 @@ class QueryBusy:
     """
 
     def __init__(self, start_ns: I64, end_ns: I64, cls: I64, n_cls: int, *,
-                 need_from_ns: int) -> None:
+                 need_from_ns: int, spans: tuple[I64, I64] | None = None) -> None:
+        self._spans = spans  # (start, end) of the spans :meth:`span_busy` answers
+        self._span_edges: F64 | None = None
         m = end_ns > need_from_ns
         self.start_ns = start_ns[m]
         self.dur_ns = np.maximum(end_ns[m] - self.start_ns, 0)
@@ -301,6 +309,33 @@ class QueryBusy:
         self._by_bin: list[tuple[I64, I64, I64, int]] | None = None
 
     def __call__(self, t_ns: I64) -> F64:
+        """``B`` at ``t_ns`` (queries × classes), up to a constant per class.  The first
+        call also answers the edges of the spans given at construction, if they are to be
+        read off this table (one pass over the records for both)."""
+        if self._spans is not None and self._span_edges is None and self._spans_dense():
+            both = self._table(np.concatenate([t_ns, *self._spans]))
+            self._span_edges = both[len(t_ns):]
+            return both[:len(t_ns)]
+        return self._table(t_ns)
+
+    def _spans_dense(self) -> bool:
+        return self._spans is not None and 2 * len(self._spans[0]) * self.n_cls <= DENSE_CELLS
+
+    def span_busy(self) -> F64:
+        """Busy seconds per class inside each span given at construction (a reduction's
+        steps): the difference of the table at its edges (asked with the first query, or
+        now), or with many classes the overlaps."""
+        assert self._spans is not None
+        start, end = self._spans
+        k = len(start)
+        if self._spans_dense():
+            b = self._span_edges
+            if b is None:
+                b = self._span_edges = self._table(np.concatenate([start, end]))
+            return np.asarray(b[k:] - b[:k], np.float64)
+        return self.overlaps(start, end, np.arange(k), k, np.ones(k))
+
+    def _table(self, t_ns: I64) -> F64:
         q, inv = np.unique(t_ns, return_inverse=True)
         k, n = len(q), self.n_cls
         if not (len(self.start_ns) and k):
@@ -394,16 +429,12 @@ class QueryBusy:
         return self._by_bin
 
 
-def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int) -> QueryBusy:
-    """The busy-time function of a reduction (see :class:`QueryBusy`)."""
-    return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns)
-
-
-DENSE_CELLS = 32_768
-"""Up to this many (query × class) cells a reduction reads busy time off the dense table of
-cumulative sums (:meth:`QueryBusy.__call__`: a few passes over the cells, exact, and the
-fewest steps when classes are few); above it, off the (interval, record) overlaps
-(:meth:`QueryBusy.overlaps`: cost in the pairs that meet, not in the classes)."""
+def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int,
+              spans: tuple[I64, I64] | None = None) -> QueryBusy:
+    """The busy-time function of a reduction (see :class:`QueryBusy`), with the spans (its
+    steps) whose busy time it is to answer."""
+    return QueryBusy(it.start_ns, it.end_ns, cls, n_cls, need_from_ns=need_from_ns,
+                     spans=spans)
 
 
 def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
@@ -436,13 +467,3 @@ def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
     weight = np.full(len(hi), 1.0 / (len(u) * window_ms * 1e-3))
     rows = busy.overlaps(lo, hi, cell, 3 * n, weight).reshape(3, n, -1)
     return rows[0], rows[1], rows[2]
-
-
-def span_busy(busy: QueryBusy, start_ns: I64, end_ns: I64) -> F64:
-    """Busy seconds per class inside each span ``[start, end)`` (a reduction's steps): the
-    difference of two busy-time queries, or with many classes the overlaps."""
-    k = len(start_ns)
-    if 2 * k * busy.n_cls <= DENSE_CELLS:
-        b = busy(np.concatenate([start_ns, end_ns]))
-        return np.asarray(b[k:] - b[:k], np.float64)
-    return busy.overlaps(start_ns, end_ns, np.arange(k), k, np.ones(k))
