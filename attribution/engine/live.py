@@ -46,6 +46,7 @@ from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, un
 from attribution.engine.live_redo import Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
+    LOOKAHEAD_NS,
     LOOKBACK_NS,
     ChunkBuffer,
     _fsum,
@@ -384,7 +385,9 @@ class LiveEngine:
     def _reduce(self, st: DeviceState, a: int, b: int) -> None:
         """Reduce settled time [a, b) to a slab, the steps that ended in it, and the settled
         readings to rows (``live_reduce``)."""
-        slack_ns = int(np.ceil(LAG_SLACK_MS * 1e6)) + 1_000_000
+        # records starting a little after b: the rows' windows at the lag slack, the idle
+        # gap the slab's end cuts (classified whole)
+        slack_ns = max(int(np.ceil(LAG_SLACK_MS * 1e6)) + 1_000_000, LOOKAHEAD_NS)
         sub = self.chunks.recent(a - LOOKBACK_NS, start_before_ns=b + slack_ns)
         it = items_for_device(sub, st.device)
         cls = st.unit_ids(it)  # per unit: a kernel class's clamped instances apart

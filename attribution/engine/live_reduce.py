@@ -35,11 +35,16 @@ from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.deltas import ITEMS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
-from attribution.idle import idle_intervals
+from attribution.idle import STALL_NS, idle_intervals
 from attribution.model import BATCH_TYPES, F64, I64, StringTable, Trace
 
 LOOKBACK_NS = 100_000_000
 """Idle gaps are classified with this much context before the slab (gap length rules)."""
+LOOKAHEAD_NS = STALL_NS + 1_000_000
+"""... and this much after it: a gap the slab's end cuts is classified whole (by the record
+that ends it and that record's launch call) when it ends within this, and as the host stall
+it is when it does not; without it, the two parts of a cut gap took different causes
+depending on where the poll cadence put the cut."""
 _GPU = ("kernels", "copies", "memsets")
 GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
@@ -238,7 +243,8 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
     """Settled time ``span = [a, b)`` of ``it`` (one device's items of ``sub``, classes
     ``cls`` in the engine's table of ``n_cls``) reduced to per-class and per-cause sums.
     ``sub`` must hold every record ending at or after ``a − LOOKBACK_NS`` that starts
-    before ``b``."""
+    before ``b + LOOKAHEAD_NS`` (the gaps are classified over that stretch, then clipped to
+    the span)."""
     a, b = span
     s = np.clip(it.start_ns, a, b)
     e = np.clip(it.end_ns, a, b)
@@ -252,7 +258,7 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
         m = it.source == src
         if bool(m.any()):
             nbytes[m] = batch.bytes[it.row[m]]
-    iv = idle_intervals(sub, a - LOOKBACK_NS, b, [it.device])
+    iv = idle_intervals(sub, a - LOOKBACK_NS, b + LOOKAHEAD_NS, [it.device])
     gs, ge = np.maximum(iv.start_ns, a), np.minimum(iv.end_ns, b)
     gm = ge > gs
     return Slab(
