@@ -23,7 +23,7 @@ from attribution.model import Trace
 from attribution.sim import simulate
 from attribution.snapshot import Snapshot
 
-_SETTINGS: dict[str, Any] = {"deadline": None, "derandomize": True, "max_examples": 5,
+_SETTINGS: dict[str, Any] = {"deadline": None, "derandomize": True, "max_examples": 8,
                              "suppress_health_check": [HealthCheck.too_slow]}
 _CACHE: dict[tuple[str, str, int], Trace] = {}
 _BATCHES = ("kernels", "copies", "memsets", "apis", "markers", "power", "energy", "clocks")
@@ -83,8 +83,10 @@ def _points(s: Snapshot) -> dict[str, float]:
 
 
 @settings(**_SETTINGS)
-@given(scenario=st.sampled_from(["varied_mix", "two_streams", "clamp_episode", "demo"]),
-       gpu=st.sampled_from(["a100", "h100", "v100"]), seed=st.integers(0, 3),
+@given(scenario=st.sampled_from(["varied_mix", "two_streams", "clamp_episode", "demo",
+                                 "pageable_copies", "launch_bound"]),
+       gpu=st.sampled_from(["a100", "h100", "v100", "rtx3090", "rtx4090"]),
+       seed=st.integers(0, 3),
        ticks=st.sampled_from([(0.25, 0.5), (0.5, 0.1), (0.1, 0.25)]),
        shuffle_seed=st.integers(0, 2**31))
 def test_snapshot_does_not_depend_on_the_poll_cadence_or_record_order(
