@@ -505,7 +505,7 @@ class LiveEngine:
             tau_ms=st.tau_ms, source=st.source, labels=um.labels,
             class_source=um.source, class_key=um.key,
             group=f.class_group, n_groups=f.n_groups, g_c_time_s=f.g_c_time_s, gram_g=f.gram_g,
-            p_idle_w=f.p_idle_w, dyn_j=f.class_dyn_j, unit_dp_w=f.unit_dp_w, rms_w=f.rms_w,
+            p_idle_w=f.p_idle_w, dyn_j=f.class_dyn_j, rms_w=f.rms_w,
             ci=f.ci, calls=um.to_classes(sums["calls"]), time_s=um.to_classes(sums["time_s"]),
             share_s=um.to_classes(sums["share_s"]), bytes=um.to_classes(sums["bytes"]),
             idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),

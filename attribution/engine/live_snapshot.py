@@ -64,7 +64,6 @@ class DevicePart:
     gram_g: F64  # Gram matrix of [1, group activity (, tail)] over the readings
     p_idle_w: float
     dyn_j: F64  # per class: Σ over its units of ΔP_unit × time_unit
-    unit_dp_w: F64  # per unit
     rms_w: float
     ci: ClassCi | None
     calls: F64
