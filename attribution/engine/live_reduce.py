@@ -324,8 +324,12 @@ class QueryBusy:
             return both[:len(t_ns)]
         return self._table(t_ns)
 
+    def table_fits(self, queries: int) -> bool:
+        """Whether ``queries`` times are best read off the dense table (``DENSE_CELLS``)."""
+        return queries * self.n_cls <= DENSE_CELLS
+
     def _spans_dense(self) -> bool:
-        return self._spans is not None and 2 * len(self._spans[0]) * self.n_cls <= DENSE_CELLS
+        return self._spans is not None and self.table_fits(2 * len(self._spans[0]))
 
     def span_busy(self) -> F64:
         """Busy seconds per class inside each span given at construction (a reduction's
@@ -458,7 +462,7 @@ def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
                           .astype(np.int64)).reshape(-1)
                          for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)])
     lo = hi - np.int64(round(window_ms * 1e6))
-    if 2 * len(hi) * busy.n_cls <= DENSE_CELLS:
+    if busy.table_fits(2 * len(hi)):
         both = busy(np.concatenate([lo, hi]))
         m = len(hi)
         frac = (both[m:] - both[:m]) / (window_ms * 1e-3)
