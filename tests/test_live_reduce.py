@@ -135,8 +135,9 @@ def test_chunk_buffer_keeps_a_chunk_whose_markers_start_before_the_span() -> Non
 
 
 def _old_recent(chunks: list[tuple[int, Trace]], since: int, before: int | None,
-                kinds: tuple[str, ...]) -> Trace:
-    """The buffer's selection as it was first written: chunk by chunk, then concatenated."""
+                kinds: tuple[str, ...], apis_from: int | None = None) -> Trace:
+    """The buffer's selection as it was first written: chunk by chunk, then concatenated
+    (less the API calls of the chunks that ended before ``apis_from``)."""
     parts = []
     for end, tr in chunks:
         firsts = [int(getattr(tr, f).start_ns.min())
@@ -147,6 +148,9 @@ def _old_recent(chunks: list[tuple[int, Trace]], since: int, before: int | None,
         if before is not None and first >= before and not any(
                 len(b) and int(b.start_ns.min()) < before for b in (tr.apis, tr.markers)):
             continue
+        if apis_from is not None and end < apis_from:
+            tr = Trace(strings=tr.strings, kernels=tr.kernels, copies=tr.copies,
+                       memsets=tr.memsets, markers=tr.markers)
         parts.append(tr)
     out = Trace(strings=parts[-1].strings) if parts else Trace()
     for f in kinds:
@@ -187,12 +191,14 @@ def _same_trace(got: Trace, want: Trace, kinds: tuple[str, ...]) -> None:
 def test_chunk_buffer_selects_what_concatenating_the_chunks_selected() -> None:
     """Views of the growable columns hold exactly the records, in the same order, that
     concatenating the chosen chunks gave: spans that skip chunks in their middle, after
-    pruning, and across the columns' compaction (views handed out before it stay valid)."""
+    pruning (API calls pruned further than the rest, too), and across the columns'
+    compaction (views handed out before it stay valid)."""
     rng = np.random.default_rng(7)
     strings = Trace().strings
     buf, chunks = ChunkBuffer(), []
     held: list[tuple[Trace, Trace]] = []
     gathered = 0
+    apis_from: int | None = None
     for k in range(300):
         tr = _random_chunk(rng, k)
         tr.strings = strings
@@ -200,7 +206,9 @@ def test_chunk_buffer_selects_what_concatenating_the_chunks_selected() -> None:
         chunks.append(((k + 1) * 1000, tr))
         if k % 7 == 3 and k > 100:  # a bounded span (after growing past 64 chunks)
             keep = (k + 1 - int(rng.integers(5, 40))) * 1000
-            buf.prune(keep)
+            if rng.random() < 0.5:  # API calls kept for a shorter stretch than the rest
+                apis_from = max(apis_from or 0, keep + int(rng.integers(0, 20)) * 1000)
+            buf.prune(keep, apis_from_ns=apis_from)
             while chunks and chunks[0][0] < keep:
                 chunks.pop(0)
         assert len(buf) == len(chunks)
@@ -209,7 +217,7 @@ def test_chunk_buffer_selects_what_concatenating_the_chunks_selected() -> None:
             before = None if rng.random() < 0.3 else since + int(rng.integers(0, 30_000))
             kinds = ("kernels", "copies", "memsets") if rng.random() < 0.3 else ITEMS
             got = buf.recent(since, before, kinds=kinds)
-            want = _old_recent(chunks, since, before, kinds)
+            want = _old_recent(chunks, since, before, kinds, apis_from)
             _same_trace(got, want, kinds)
             if len(got.kernels) and got.kernels.start_ns.base is None:
                 gathered += 1

@@ -275,7 +275,8 @@ class LiveEngine:
         for st in self.dev.values():  # a re-reduction not started yet reads from lo_ns
             if st.redo is not None and st.redo.busy is None:
                 keep_from = min(keep_from, st.redo.lo_ns)
-        self.chunks.prune(keep_from)
+        # API calls: only the next reductions' idle gaps read them (their context)
+        self.chunks.prune(keep_from, apis_from_ns=self.done_ns - self._margin_ns())
 
     # ------------------------------------------------------------------ lag
 

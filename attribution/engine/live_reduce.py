@@ -178,17 +178,23 @@ class ChunkBuffer:
     def clear(self) -> None:
         self._reset()
 
-    def prune(self, keep_from_ns: int) -> None:
+    def prune(self, keep_from_ns: int, *, apis_from_ns: int | None = None) -> None:
         """Drop the chunks handed over before ``keep_from_ns`` (the leading ones that ended
-        before it)."""
+        before it), and with ``apis_from_ns`` (later) the API calls of the chunks handed over
+        before that: only a reduction's idle gaps read API calls, from its own short context,
+        while the GPU items and markers serve a lag refit's ``fit_span`` (at 1 M kernels/s
+        the launch calls of 20 s are ~1 GB)."""
         late = self._end >= keep_from_ns
         cut = int(np.argmax(late)) if bool(late.any()) else len(late)
-        if not cut:
-            return
-        self._c0 += cut
-        for f, rows in self._rows.items():
-            rows.drop_before(int(self._off(f)[0]))
-        del self._chunk_strings[:cut]
+        if cut:
+            self._c0 += cut
+            for f, rows in self._rows.items():
+                rows.drop_before(int(self._off(f)[0]))
+            del self._chunk_strings[:cut]
+        if apis_from_ns is not None and len(self):
+            late = self._end >= apis_from_ns
+            i = int(np.argmax(late)) if bool(late.any()) else len(late)
+            self._rows["apis"].drop_before(int(self._off("apis")[i]))
 
     def markers(self) -> Trace:
         """Every marker the buffer holds (steps may be longer than a reduction's context)."""
@@ -216,18 +222,20 @@ class ChunkBuffer:
         i0, i1 = int(idx[0]), int(idx[-1]) + 1
         parts: dict[str, Any] = dict(_EMPTY)
         for f in kinds:
-            off = self._off(f)
+            rows = self._rows[f]
+            # rows a kind dropped on its own (API calls: ``prune(apis_from_ns=...)``) are gone
+            off = np.maximum(self._off(f), rows.base + rows.lo)
             first, last = int(off[i0]), int(off[i1])
             if len(idx) == i1 - i0:  # every chunk between the first and the last
-                parts[f] = self._rows[f].take(first, last)
+                parts[f] = rows.take(first, last)
                 continue
             counts = np.diff(off[i0:i1 + 1])
             inside = np.zeros(i1 - i0, bool)
             inside[idx - i0] = True
             if int(counts[inside].sum()) == last - first:  # the chunks skipped hold none
-                parts[f] = self._rows[f].take(first, last)
+                parts[f] = rows.take(first, last)
             else:
-                parts[f] = self._rows[f].take(first, last, np.repeat(inside, counts))
+                parts[f] = rows.take(first, last, np.repeat(inside, counts))
         return Trace(strings=self._chunk_strings[i1 - 1], **parts)
 
 
