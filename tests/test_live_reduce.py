@@ -149,9 +149,10 @@ def _old_recent(chunks: list[tuple[int, Trace]], since: int, before: int | None,
                 len(b) and int(b.start_ns.min()) < before for b in (tr.apis, tr.markers)):
             continue
         if apis_from is not None and end < apis_from:
-            tr = Trace(strings=tr.strings, kernels=tr.kernels, copies=tr.copies,
-                       memsets=tr.memsets, markers=tr.markers)
-        parts.append(tr)
+            parts.append(Trace(strings=tr.strings, kernels=tr.kernels, copies=tr.copies,
+                               memsets=tr.memsets, markers=tr.markers))
+        else:
+            parts.append(tr)
     out = Trace(strings=parts[-1].strings) if parts else Trace()
     for f in kinds:
         setattr(out, f, type(getattr(out, f)).concat([getattr(p, f) for p in parts]))
