@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attribution.engine import regress
 from attribution.engine.build import _clusters, clusters_from_gram
 from attribution.engine.live_fit import (
     block_stats,
@@ -141,7 +142,15 @@ def test_boot_pool_ring_keeps_the_last_replicates(seed: int) -> None:
         got = pool.class_energy(time_s, um)
         assert _rows(got) == _rows(want)
         lo, hi = np.percentile([q for q, _ in model], [5.0, 95.0])
-        assert pool.p_idle_ci() == (lo, hi)
+        mid = (lo + hi) / 2
+        assert pool.p_idle_ci(mid, [], 0.0) == pytest.approx((lo, hi), rel=1e-12)
+        # the end fits stretch it; the board's gain widens it (in quadrature)
+        assert pool.p_idle_ci(mid, [lo - 5.0, hi + 1.0], 0.0) == pytest.approx(
+            (lo - 5.0, hi + 1.0), rel=1e-12)
+        g_lo, g_hi = pool.p_idle_ci(mid, [], 0.02)
+        assert g_lo < lo and g_hi > hi
+        assert mid - g_lo >= regress.Z90 * 0.02 * mid * (1 - 1e-12)
+        assert g_hi - mid >= regress.Z90 * 0.02 * mid * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -166,6 +166,20 @@ def _with_gain(ci: F64, est: F64, gain_sigma: float) -> F64:
                             np.maximum(hi, ci[:, 1])])
 
 
+def p_idle_interval(p_idle_w: float, boot_q_w: tuple[float, float], ends_w: Sequence[float],
+                    gain_sigma: float) -> tuple[float, float]:
+    """P_idle's 90 % interval, built as the classes' are: the bootstrap's 5–95 %
+    (``boot_q_w``), widened by the board's gain uncertainty, and stretched to the fits at the
+    lag ± ``LAG_SLACK_MS`` and the ΔP prior's centre span (``ends_w``: their P_idle).  The
+    bootstrap alone covered the simulator's P_idle in 8 of 54 runs: the gain and the lag
+    move P_idle too."""
+    q = np.array([boot_q_w], np.float64)
+    lo, hi = _with_gain(q, np.array([p_idle_w]), gain_sigma)[0]
+    if len(ends_w):
+        lo, hi = min(lo, *ends_w), max(hi, *ends_w)
+    return float(lo), float(hi)
+
+
 def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: float,
                 win: tuple[int, int]) -> float:
     """Unknown board: pick W among T/4, T/2, T by the residual at each W's best lag (all
@@ -380,18 +394,17 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
         # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
         # centre (± its measured spread, regress.prior_span): both go into the interval below
-        lag_dp = np.array([regress.fit(design(d), y, prior, pooled=centre,
-                                       idle_weight=idle_w).dp_w[:n_groups]
-                           for d in (-LAG_SLACK_MS, LAG_SLACK_MS)])
-        prior_dp = np.array([regress.fit(xf, y, prior, pooled=centre * m,
-                                         idle_weight=idle_w).dp_w[:n_groups]
-                             for m in regress.prior_span(f.dp_w, centre, kinds,
-                                                          xf.sum(axis=0))])
+        lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
+                    for d in (-LAG_SLACK_MS, LAG_SLACK_MS)]
+        prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
+                      for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
-            plain_dp = regress.fit(xp, y, prior, pooled=centre[:n_groups],
-                                   idle_weight=idle_w).dp_w
-            prior_dp = np.vstack([prior_dp, plain_dp[None, :]])
+            prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
+                                          idle_weight=idle_w))
+        lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
+        prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
+        end_p = [e.p_idle_w for e in lag_fits + prior_fits]
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
                                             pooled=centre, idle_weight=idle_w)
@@ -405,6 +418,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         p_idle = float(np.mean(y))
         dp = np.zeros(n_groups)
         lag_dp = prior_dp = np.zeros((2, n_groups))
+        end_p = []
         p_boot, dp_boot = np.full(max(n_boot, 1), p_idle), np.zeros((max(n_boot, 1), n_groups))
         rms = float(np.std(y))
         x = np.zeros((len(y), n_groups))
@@ -413,6 +427,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         p_idle = 0.0
         dp = np.zeros(n_groups)
         lag_dp = prior_dp = np.zeros((2, n_groups))
+        end_p = []
         p_boot, dp_boot = np.zeros(1), np.zeros((1, n_groups))
         rms = 0.0
         x = np.zeros((0, n_groups))
@@ -421,7 +436,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     class_dyn = np.asarray(dp, np.float64) @ g_c_time if n_cls else np.zeros(0)
     boot_dyn = dp_boot @ g_c_time if n_cls else np.zeros((1, 0))
     ci = np.percentile(boot_dyn, [5.0, 95.0], axis=0).T if n_cls else np.zeros((0, 2))
-    ci = _with_gain(ci, class_dyn, preset.gain_sigma if preset is not None else GAIN_SIGMA)
+    gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
+    ci = _with_gain(ci, class_dyn, gain_sigma)
     if n_cls:  # lag known to ±LAG_SLACK_MS, prior centre to its spread: cover both ends
         ends = np.vstack([lag_dp, prior_dp]) @ g_c_time
         ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
@@ -447,7 +463,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         sensor=Sensor(field, period_ms if has_power else 0.0, window_ms if has_power else 0.0,
                       lag if has_power else 0.0, source),
         p_idle_w=p_idle,
-        p_idle_ci_w=(float(np.percentile(p_boot, 5)), float(np.percentile(p_boot, 95))),
+        p_idle_ci_w=p_idle_interval(p_idle, (float(np.percentile(p_boot, 5)),
+                                             float(np.percentile(p_boot, 95))),
+                                    end_p, gain_sigma),
         items=items, class_group=group, group_dp_w=np.asarray(dp, np.float64),
         class_dynamic_j=class_dyn, class_ci_j=ci, class_resolvable=tuple(resolvable),
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,

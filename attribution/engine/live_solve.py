@@ -16,7 +16,13 @@ import dataclasses
 import numpy as np
 
 from attribution.engine import regress
-from attribution.engine.build import HELD_IDLE_READINGS, IDLE_SANITY, TAIL_KIND
+from attribution.engine.build import (
+    GAIN_SIGMA,
+    HELD_IDLE_READINGS,
+    IDLE_SANITY,
+    TAIL_KIND,
+    p_idle_interval,
+)
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
     block_stats,
@@ -107,9 +113,12 @@ class BootPool:
         e[missing] = np.nan
         return e
 
-    def p_idle_ci(self) -> tuple[float, float]:
+    def p_idle_ci(self, p_idle_w: float, ends_w: list[float], gain_sigma: float
+                  ) -> tuple[float, float]:
+        """P_idle's interval as the batch engine builds it (:func:`build.p_idle_interval`)
+        from the pool's 5–95 % and the P_idle of the tick's end fits."""
         lo, hi = percentiles(self._p[:self._n], CI_Q)  # np.percentile's, without its overhead
-        return float(lo), float(hi)
+        return p_idle_interval(p_idle_w, (float(lo), float(hi)), ends_w, gain_sigma)
 
 
 def _per_unit(dp: F64, group: I32, absent: float = 0.0) -> F64:
@@ -203,7 +212,9 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     e_ends = np.array([e[1:n_groups + 1] @ g_c for e in ends])
     lo = np.fmin(lo, e_ends.min(axis=0))
     hi = np.fmax(hi, e_ends.max(axis=0))
-    ci = ClassCi(lo, hi, pool.p_idle_ci(), seen >= min(n_boot, 20))
+    gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
+    ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, [float(e[0]) for e in ends], gain_sigma),
+                 seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)
