@@ -329,6 +329,21 @@ def test_p_idle_interval_carries_the_gain_and_the_lag_ends() -> None:
     assert lo <= res.truth.active_idle_w <= hi
 
 
+def test_p_idle_held_at_the_board_value_keeps_what_the_readings_said_in_its_interval(
+        ) -> None:
+    """A degenerate fit holds P_idle at the board's value; the interval then spans the value
+    the readings gave too (the data cannot place P_idle: ±gain around the held value would
+    claim a precision nobody has)."""
+    from attribution.sim import simulate
+
+    res = simulate(scenario="phase_locked_step", gpu="h100", seconds=20.0, seed=7)
+    d = attribute_arrays(res.trace, n_boot=50).devices[0]
+    assert d.class_why and d.class_why[0].startswith("fit is degenerate")
+    lo, hi = d.p_idle_ci_w
+    assert lo <= res.truth.active_idle_w <= hi
+    assert hi > 2 * res.truth.active_idle_w  # the free fit's 281 W is inside
+
+
 def test_simulator_fixed_mix_is_a_cluster_not_a_number() -> None:
     from attribution.sim import simulate
 

@@ -170,9 +170,10 @@ def p_idle_interval(p_idle_w: float, boot_q_w: tuple[float, float], ends_w: Sequ
                     gain_sigma: float) -> tuple[float, float]:
     """P_idle's 90 % interval, built as the classes' are: the bootstrap's 5–95 %
     (``boot_q_w``), widened by the board's gain uncertainty, and stretched to the fits at the
-    lag ± ``LAG_SLACK_MS`` and the ΔP prior's centre span (``ends_w``: their P_idle).  The
-    bootstrap alone covered the simulator's P_idle in 8 of 54 runs: the gain and the lag
-    move P_idle too."""
+    lag ± ``LAG_SLACK_MS`` and the ΔP prior's centre span (``ends_w``: their P_idle; with
+    P_idle held at the board's value, also the value the readings gave).  The bootstrap
+    alone covered the simulator's P_idle in 8 of 54 runs: the gain and the lag move P_idle
+    too."""
     q = np.array([boot_q_w], np.float64)
     lo, hi = _with_gain(q, np.array([p_idle_w]), gain_sigma)[0]
     if len(ends_w):
@@ -405,6 +406,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
         prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
         end_p = [e.p_idle_w for e in lag_fits + prior_fits]
+        if degenerate_w is not None:  # held at the board's value: the readings said this
+            end_p.append(degenerate_w)
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
                                             pooled=centre, idle_weight=idle_w)

@@ -213,8 +213,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     lo = np.fmin(lo, e_ends.min(axis=0))
     hi = np.fmax(hi, e_ends.max(axis=0))
     gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
-    ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, [float(e[0]) for e in ends], gain_sigma),
-                 seen >= min(n_boot, 20))
+    end_p = [float(e[0]) for e in ends] + ([held[0]] if held is not None else [])
+    ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)
