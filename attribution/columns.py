@@ -109,6 +109,7 @@ class Columns:
 
 _EMPTIES: dict[type[Columns], Columns] = {}  # Columns.empty's shared instances
 
+
 def _fill_value(dtype: np.dtype[Any]) -> Any:
     if dtype.kind == "f":
         return np.nan

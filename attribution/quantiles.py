@@ -1,4 +1,4 @@
-"""``np.percentile`` (its default, linear method) read off sorted or partitioned data.
+"""``np.percentile`` (its default, linear method) read off sorted data.
 
 Owns the order statistics and the interpolation ``np.percentile`` uses, so callers that
 already hold sorted values (the live step index), can sort once (per-step energies) or

@@ -10,6 +10,7 @@ live snapshot's steps equal ``summarize`` over the same ring arrays and energies
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -25,10 +26,17 @@ from attribution.sim import simulate
 from attribution.steps import step_times, summarize, with_energy
 
 
+def _as_dense(dot: Callable[[np.ndarray], np.ndarray], cols: int) -> np.ndarray:
+    """The (rows × ``cols``) matrix behind a product, column by column (a unit vector picks
+    one column's values exactly: the other terms add 0)."""
+    return np.column_stack([dot(np.eye(cols)[j]) for j in range(cols)])
+
+
 def _same_times(ring: StepRing) -> None:
     start_ns, dur_s, items = ring.view()
     # the busy rows stay in step with the ring (each step's first column holds its start)
-    np.testing.assert_array_equal(ring.busy_dense(2)[:, 0], start_ns.astype(np.float64))
+    np.testing.assert_array_equal(_as_dense(ring.busy_dot, 2)[:, 0],
+                                  start_ns.astype(np.float64))
     got = ring.times()
     want = step_times(dur_s, items, sla_ms=None, source=ring.source)
     for f in dataclasses.fields(want):
@@ -139,7 +147,7 @@ def test_sparse_rows_equal_dense_after_appends_and_expiry(seed: int) -> None:
             dense = dense[drop:]
         assert len(rows) == len(dense)
         assert rows.nnz == int(np.count_nonzero(dense))
-        np.testing.assert_array_equal(rows.dense(dense.shape[1]), dense)
+        np.testing.assert_array_equal(_as_dense(rows.dot, dense.shape[1]), dense)
         w = rng.normal(size=dense.shape[1] + 3)
         np.testing.assert_allclose(rows.dot(w), dense @ w[:dense.shape[1]], rtol=1e-12,
                                    atol=1e-15)
@@ -164,7 +172,7 @@ def test_step_ring_busy_moves_to_sparse_rows_when_units_grow() -> None:
         if i == 5:
             ring.expire(250)
             dense, starts = dense[starts >= 250], starts[starts >= 250]
-        np.testing.assert_array_equal(ring.busy_dense(width), dense)
+        np.testing.assert_array_equal(_as_dense(ring.busy_dot, width), dense)
         w = rng.normal(size=width)
         np.testing.assert_allclose(ring.busy_dot(w), dense @ w, rtol=1e-12, atol=1e-15)
     assert ring._sparse is not None and ring._dense is None  # the wide form was taken

@@ -267,7 +267,8 @@ class LiveEngine:
     def _prune(self) -> None:
         if self.done_ns is None:
             return
-        keep_from = self.done_ns - self._margin_ns()
+        context_from = self.done_ns - self._margin_ns()  # what the next reductions read
+        keep_from = context_from
         if any(not st.fitted and st.field is not None for st in self.dev.values()):
             keep_from = self.start_ns or keep_from
         else:
@@ -276,7 +277,7 @@ class LiveEngine:
             if st.redo is not None and st.redo.busy is None:
                 keep_from = min(keep_from, st.redo.lo_ns)
         # API calls: only the next reductions' idle gaps read them (their context)
-        self.chunks.prune(keep_from, apis_from_ns=self.done_ns - self._margin_ns())
+        self.chunks.prune(keep_from, apis_from_ns=context_from)
 
     # ------------------------------------------------------------------ lag
 

@@ -250,14 +250,6 @@ class SparseRows:
         out[ran] = np.add.reduceat(terms, starts[ran])
         return out
 
-    def dense(self, cols: int) -> F64:
-        """The live rows as a dense (rows × ``cols``) matrix (for tests and checks)."""
-        out = np.zeros((len(self), cols))
-        counts = np.diff(np.r_[self._starts(), self.nnz])
-        out[np.repeat(np.arange(len(self)), counts), self._col[self._e0:self._e1]] = \
-            self._val[self._e0:self._e1]
-        return out
-
 
 DENSE_STEP_UNITS = 64
 """Up to this many units a step ring keeps its busy time as dense rows (a product over
@@ -316,14 +308,6 @@ class StepRing:
             return np.asarray(x @ w[:x.shape[1]], np.float64)
         assert self._sparse is not None
         return self._sparse.dot(w)
-
-    def busy_dense(self, cols: int) -> F64:
-        """The steps' busy time as a dense (steps × ``cols``) matrix (for tests)."""
-        if self._dense is not None:
-            x = self._dense.view()[2]
-            return np.pad(x, ((0, 0), (0, cols - x.shape[1])))
-        assert self._sparse is not None
-        return self._sparse.dense(cols)
 
     def times(self) -> StepTimes:
         """The energy-independent step statistics of every step in the ring

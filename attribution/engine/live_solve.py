@@ -70,6 +70,7 @@ class DeviceFit:
 CI_Q = np.array([5.0, 95.0]) / 100.0
 """The interval's quantiles over the bootstrap pool (90 %)."""
 
+
 class BootPool:
     """The last ``n_boot`` bootstrap replicates of one device: P_idle and ΔP per unit (units
     newer than a replicate are NaN in it), in a ring of rows (the oldest overwritten; the
