@@ -338,7 +338,9 @@ def test_p_idle_held_at_the_board_value_keeps_what_the_readings_said_in_its_inte
 
     res = simulate(scenario="phase_locked_step", gpu="h100", seconds=20.0, seed=7)
     d = attribute_arrays(res.trace, n_boot=50).devices[0]
-    assert d.class_why and d.class_why[0].startswith("fit is degenerate")
+    # phase-locked steps: the readings cannot place P_idle (tests/test_aliasing.py)
+    assert d.class_why and d.class_why[0].startswith("power readings phase-locked")
+    assert "held at the board's 70 W" in d.class_why[0]
     lo, hi = d.p_idle_ci_w
     assert lo <= res.truth.active_idle_w <= hi
     assert hi > 2 * res.truth.active_idle_w  # the free fit's 281 W is inside

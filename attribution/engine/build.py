@@ -23,7 +23,16 @@ from attribution.engine.activity import (
     idle_share_s,
     items_for_device,
 )
+from attribution.engine.aliasing import (
+    anchor_warning,
+    counter_scale,
+    locked_interval,
+    phase_locked,
+    spread_ratio,
+)
+from attribution.engine.aliasing import warning as aliasing_warning
 from attribution.engine.clamp import clamped_items
+from attribution.engine.counter import counter_energy_j
 from attribution.engine.lag_refine import refine_lag
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
@@ -344,6 +353,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     tail: tuple[I64, I64, float] | None = None
     tail_j = 0.0
     degenerate_w: float | None = None
+    locked: float | None = None  # the readings' spread ratio when they are phase-locked
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
@@ -365,6 +375,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                 window_fractions(busy, t_k, window_ms, d, tau), y), lag, LAG_FINE_MS,
                 bounds_ms=LAG_GRID_MS)
         x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
+        spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow)
+        if phase_locked(spread):
+            locked = spread
+            warnings.append(aliasing_warning(device, spread, held=prior is not None))
         if preset is not None and preset.consumer_boost:
             tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
                             rss=regress.quick_rss)
@@ -387,9 +401,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         centre = regress.pooled_by_kind(xf, y, kinds)
         f = regress.fit(xf, y, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
-        if prior is not None and len(y) >= 8 and abs(f.p_idle_w - prior) > IDLE_SANITY * prior:
-            # the readings cannot place P_idle (aliasing, a missing regressor): hold it at the
-            # board's active idle so idle energy stays sane; every class is flagged below
+        if prior is not None and len(y) >= 8 and (locked is not None
+                                                  or abs(f.p_idle_w - prior) > IDLE_SANITY * prior):
+            # the readings cannot place P_idle (phase lock, a missing regressor): hold it at
+            # the board's active idle so idle energy stays sane; every class is flagged below
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
@@ -416,6 +431,13 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if tail is not None:
             tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
                                                               win[0], win[1])
+        if locked is not None:  # the counter knows the total the slice-bound fit cannot
+            fitted_j = float(np.asarray(dp) @ g_c_time.sum(axis=1))
+            k = counter_scale(fitted_j, counter_energy_j(trace, device, win[0], win[1]),
+                              p_idle * (win[1] - win[0]) * 1e-9 + tail_j)
+            if k is not None:
+                dp, dp_boot, lag_dp, prior_dp = dp * k, dp_boot * k, lag_dp * k, prior_dp * k
+                warnings.append(anchor_warning(device, k, fitted_j))
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
@@ -445,6 +467,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         ends = np.vstack([lag_dp, prior_dp]) @ g_c_time
         ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
                               np.maximum(ci[:, 1], ends.max(axis=0))])
+    if locked is not None and n_cls:  # the readings do not split the classes
+        ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
     resolvable, cluster, why = class_verdicts(
         dyn_j=class_dyn, ci_j=ci, group=group,
@@ -452,6 +476,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         exposure=exposure, clusters=clusters, has_power=has_power, window_ms=window_ms,
         held_idle=(None if degenerate_w is None else
                    (degenerate_w, prior if prior is not None else p_idle, p_idle)),
+        phase_locked=locked,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
                       "model; the interval spans the fits with and without them"
                       if preset is not None and preset.consumer_boost else None))

@@ -39,6 +39,7 @@ import math
 import numpy as np
 
 from attribution.engine.activity import BusyFunction, Items, items_for_device
+from attribution.engine.aliasing import phase_locked
 from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
@@ -137,6 +138,7 @@ class DeviceState:
         # readings' times and watts as of that update)
         self.fit_due: tuple[int, int, I64, F64] | None = None
         self.ahead = False  # the next update's search or redo step is done already
+        self.spread = 1.0  # the readings' activity spread ratio at the last search (aliasing)
 
     def unit_ids(self, it: Items) -> I64:
         """Each item's unit (class, or its class's clamped unit) in the class table."""
@@ -367,6 +369,7 @@ class LiveEngine:
         res = st.search.result
         if res is None:
             return
+        st.spread = st.search.spread
         st.search = None
         lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
         t = st.rows.view()[0]
@@ -498,7 +501,8 @@ class LiveEngine:
         self._draws += 1
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
-                       seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None)
+                       seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
+                       phase_locked=phase_locked(st.spread))
         steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
@@ -516,6 +520,7 @@ class LiveEngine:
             step_dyn_j=st.steps.busy_dot(f.unit_dp_w),
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first else None,
-            held_idle_w=f.held_idle_w, slow_response=st.boost.slow,
+            held_idle_w=f.held_idle_w, phase_lock=st.spread if phase_locked(st.spread) else None,
+            slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
                           if hs is not None else None))

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from attribution.engine import regress
+from attribution.engine.aliasing import spread_ratio
 from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
@@ -81,6 +82,8 @@ class ResponseSearch:
         self._fast: tuple[float, float] | None = None
         self._slow: SlowSearch | None = None
         self.result: tuple[float, float, Boost] | None = None
+        self.spread = 1.0
+        """The readings' activity spread ratio at the result (``aliasing.spread_ratio``)."""
 
     def step(self, units: float = math.inf) -> tuple[float, float, Boost] | None:
         if self.result is not None:
@@ -90,7 +93,11 @@ class ResponseSearch:
             if self._fast is None:
                 return None
             if not self._consumer:
-                self.result = (*self._fast, Boost())
+                lag, tau = self._fast
+                self.spread = spread_ratio(
+                    self._busy, self._t, window_fractions(self._busy, self._t, self._w, lag, tau),
+                    self._w, lag_ms=lag, tau_ms=tau)
+                self.result = (lag, tau, Boost())
                 return self.result
             self._slow = SlowSearch(self._busy, self._t, self._y, self._w,
                                     lag_ms=self._fast[0], tau_ms=self._fast[1])
@@ -105,6 +112,8 @@ class ResponseSearch:
         x = window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
         tail = fit_tail_params(x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
                                rss=regress.quick_rss)
+        self.spread = spread_ratio(self._busy, self._t, x, self._w, lag_ms=lag, tau_ms=tau,
+                                   slow=slow)
         self.result = (lag, tau, Boost(slow, tail, True))
         return self.result
 

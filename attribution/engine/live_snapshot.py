@@ -17,9 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
+from attribution.engine.aliasing import anchor_warning, counter_scale, locked_interval
+from attribution.engine.aliasing import warning as aliasing_warning
+from attribution.engine.counter import counter_energy_j
 from attribution.engine.live_fit import verdicts
 from attribution.engine.live_solve import ClassCi
-from attribution.engine.rows import _measured_energy_j, close_totals
+from attribution.engine.rows import close_totals
 from attribution.model import F64, I32, I64, EnergyBatch, Trace
 from attribution.precision import precision_of
 from attribution.presets import GpuPreset
@@ -82,6 +85,8 @@ class DevicePart:
     step_source: str
     held_idle_w: tuple[float, float] | None = None
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
+    phase_lock: float | None = None
+    """The readings' activity spread ratio when they are phase-locked to the workload."""
     boost_tail_j: float | None = None
     """Energy of the fitted consumer boost tail over the horizon (None: not modelled)."""
     slow_response: tuple[float, float] = (0.0, 0.0)
@@ -114,6 +119,7 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, gram_g=p.gram_g,
                  g_c_time_s=p.g_c_time_s, window_ms=p.window_ms, preset=p.preset,
                  has_power=has_power, computed=computed, held_idle=p.held_idle_w,
+                 phase_lock=p.phase_lock,
                  boost_modelled=p.boost_tail_j is not None)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
@@ -121,7 +127,10 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     # at a fraction of the cost for hundreds of classes)
     calls, time_s = np.asarray(p.calls).tolist(), np.asarray(p.time_s, np.float64).tolist()
     e_l, d_l = np.asarray(energy, np.float64).tolist(), np.asarray(dyn, np.float64).tolist()
-    lo_l, hi_l = np.asarray(v.ci_j, np.float64).reshape(-1, 2).T.tolist()
+    ci_j = np.asarray(v.ci_j, np.float64).reshape(-1, 2)
+    if p.phase_lock is not None and n:  # the readings do not split the classes
+        ci_j = np.column_stack(locked_interval(ci_j[:, 0], ci_j[:, 1], dyn))
+    lo_l, hi_l = ci_j.T.tolist()
     nbytes = np.asarray(p.bytes).tolist()
     for c in range(n):
         if calls[c] == 0 and time_s[c] <= 0:
@@ -173,6 +182,20 @@ def _steps(parts: list[DevicePart], win: tuple[int, int]) -> Steps | None:
     return with_energy(times, energy)
 
 
+def _anchored(p: DevicePart, measured_j: float | None, warnings: list[str]) -> DevicePart:
+    """A phase-locked device's part with its dynamic energy scaled to close the energy
+    counter (``aliasing.counter_scale``; the part itself when there is nothing to anchor)."""
+    fitted_j = float(np.sum(p.dyn_j))
+    other_j = p.p_idle_w * (float(np.sum(p.share_s)) + float(np.sum(p.idle_s)))
+    k = counter_scale(fitted_j, measured_j, other_j + (p.boost_tail_j or 0.0))
+    if k is None:
+        return p
+    warnings.append(anchor_warning(p.device, k, fitted_j))
+    ci = (None if p.ci is None else
+          dataclasses.replace(p.ci, lo_j=p.ci.lo_j * k, hi_j=p.ci.hi_j * k))
+    return dataclasses.replace(p, dyn_j=p.dyn_j * k, step_dyn_j=p.step_dyn_j * k, ci=ci)
+
+
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     """The contract snapshot of the horizon ``win`` from each device's part."""
     kernels: list[KernelRow] = []
@@ -183,7 +206,15 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     clusters: list[dict[str, object]] = []
     measured = 0.0
     have_measured = bool(parts)
-    for p in parts:
+    for part in parts:
+        p = part
+        en = Trace(energy=EnergyBatch.from_columns({
+            "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
+            "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
+        mj = counter_energy_j(en, p.device, win[0], win[1])
+        if p.phase_lock is not None:
+            warnings.append(aliasing_warning(p.device, p.phase_lock, held=p.preset is not None))
+            p = _anchored(p, mj, warnings)
         k, c, i, members = _device_rows(p)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]
@@ -197,10 +228,6 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                                        p.lag_ms if has_power else 0.0)))
         if not has_power:
             warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
-        en = Trace(energy=EnergyBatch.from_columns({
-            "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
-            "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
-        mj = _measured_energy_j(en, p.device, win[0], win[1])
         if mj is None:
             have_measured = False
         else:

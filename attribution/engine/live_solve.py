@@ -138,14 +138,15 @@ def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
 
 def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPreset | None,
                block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
-               tail: list[F64] | None = None) -> DeviceFit:
+               tail: list[F64] | None = None, phase_locked: bool = False) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
     boards) the tail column at the same three lags.  Draws ``boot_per_tick`` replicates into
     ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
     at the ΔP prior centre × ``regress.prior_span`` (its measured spread), as the batch
-    engine does, and with a tail to the fit without it."""
+    engine does, and with a tail to the fit without it.  ``phase_locked``: the readings
+    cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -179,7 +180,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     idle_w = regress.IDLE_PRIOR_READINGS
     held: tuple[float, float] | None = None
     sol = solve_gram(m, v, prior, pooled=centre)
-    if prior is not None and len(y) >= 8 and abs(sol[0] - prior) > IDLE_SANITY * prior:
+    if prior is not None and len(y) >= 8 and (phase_locked
+                                              or abs(sol[0] - prior) > IDLE_SANITY * prior):
         # as the batch engine: the readings cannot place P_idle; hold it at the board's value
         # and flag every class
         fitted = float(sol[0])

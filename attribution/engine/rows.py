@@ -13,6 +13,7 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
+from attribution.engine.counter import counter_energy_j
 from attribution.model import Trace
 from attribution.owners import OwnerMap
 from attribution.precision import precision_of
@@ -67,23 +68,6 @@ def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], l
                 time_s=t, energy_j=float(energy[c]), dynamic_energy_j=float(r.class_dynamic_j[c]),
                 dynamic_energy_ci_j=ci, resolvable=r.class_resolvable[c]))
     return kernels, copies
-
-
-def _measured_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) -> float | None:
-    e = trace.energy
-    m = e.device == device
-    if int(m.sum()) < 2:
-        return None
-    t = e.t_ns[m]
-    v = e.energy_mj[m].astype(np.float64)
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
-    slack = 1_000_000_000
-    if t[0] > start_ns + slack or t[-1] < end_ns - slack:
-        return None
-    ts = (t - start_ns).astype(np.float64)
-    a, b = np.interp([0.0, float(end_ns - start_ns)], ts, v)
-    return float(b - a) / 1e3
 
 
 def close_totals(kernels: list[KernelRow], copies: list[CopyRow], idle: list[IdleRow], *,
@@ -145,7 +129,7 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         s = r.sensor
         gpus.append(GpuInfo(r.device, r.name, r.model,
                             SensorInfo(s.field, s.period_ms, s.window_ms, s.lag_ms)))
-        mj = _measured_energy_j(trace, r.device, arrays.window_start_ns, arrays.window_end_ns)
+        mj = counter_energy_j(trace, r.device, arrays.window_start_ns, arrays.window_end_ns)
         if mj is None:
             have_measured = False
         else:

@@ -2,8 +2,8 @@
 
 Owns the ``resolvable`` rules both engines apply (:func:`class_verdicts`, called by
 ``build.py`` and ``live_fit.verdicts``): the structural checks (power readings, sensor window,
-degenerate fit, consumer board, pooled class, fixed mix, exposure, zero estimate) and then the
-precision rule, ``PRECISION`` and :func:`precise`.  A class is
+phase-locked readings, degenerate fit, consumer board, pooled class, fixed mix, exposure, zero
+estimate) and then the precision rule, ``PRECISION`` and :func:`precise`.  A class is
 resolvable only when its 90 % interval lies within ``±PRECISION`` of its estimate on **both**
 sides, i.e. the row's number is known to that precision.  10 % because an honest 90 % interval
 of half-width P gives a mean absolute error of about P / 2 (normal errors: 0.8 σ against
@@ -46,7 +46,7 @@ def imprecise_why(dyn_j: float, lo_j: float, hi_j: float,
 def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_time_s: F64,
                    exposure: F64, clusters: list[list[int]], has_power: bool, window_ms: float,
                    held_idle: tuple[float, float, float] | None, consumer_why: str | None,
-                   computed: B | None = None
+                   computed: B | None = None, phase_locked: float | None = None
                    ) -> tuple[list[bool], list[str | None], list[str]]:
     """Per class: (resolvable, cluster name, why not), the first rule that fails in order.
 
@@ -55,7 +55,9 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     per group, reading-equivalents of activity; ``clusters``: groups whose activity moves
     together (a fixed mix); ``held_idle``: (fitted, board's, held) active idle when the fit was
     degenerate; ``consumer_why``: the reason on a consumer board (None elsewhere);
-    ``computed``: classes whose interval is computed (the live engine's newest are not yet)."""
+    ``computed``: classes whose interval is computed (the live engine's newest are not yet);
+    ``phase_locked``: the readings' activity spread ratio when they are phase-locked to the
+    workload (``aliasing``; P_idle is then held when the board has a value)."""
     n_cls = len(dyn_j)
     cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
     in_class = g_c_time_s > 0
@@ -78,6 +80,12 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
             w = "no power readings"
         elif window_ms >= LONG_WINDOW_MS:
             w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
+        elif phase_locked is not None:
+            w = (f"power readings phase-locked to the workload: their windows see "
+                 f"{100 * phase_locked:.2g}% of the activity spread of random windows"
+                 + ("" if held_idle is None else
+                    f"; active idle held at the board's {held_idle[2]:.0f} W (fitted "
+                    f"{held_idle[0]:.0f} W)"))
         elif held_idle is not None:
             w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
                  f"board's {held_idle[1]:.0f} W (aliasing or a missing regressor); held at "
