@@ -95,6 +95,7 @@ def _check_locked(snap: Snapshot, p_idle_w: float, *, anchored: bool) -> None:
         assert abs(snap.totals.closure_error) < 1e-9
     else:
         assert not any("to close the energy counter" in w for w in snap.warnings)
+        assert any("no energy counter covers the window" in w for w in snap.warnings)
 
 
 def test_batch_holds_idle_flags_and_anchors_to_the_counter(locked_run: tuple[Trace, float]
@@ -112,6 +113,10 @@ def test_live_holds_idle_flags_and_anchors_to_the_counter(locked_run: tuple[Trac
     snap = drive(trace, LiveEngine(devices=trace.devices, horizon_s=20.0, n_boot=30))
     assert snap is not None
     _check_locked(snap, p_idle_w, anchored=True)
+    bare = dataclasses.replace(trace, energy=EnergyBatch.empty())
+    snap = drive(bare, LiveEngine(devices=trace.devices, horizon_s=20.0, n_boot=30))
+    assert snap is not None
+    _check_locked(snap, p_idle_w, anchored=False)
 
 
 def test_a_run_that_samples_its_steps_fairly_is_left_alone() -> None:

@@ -113,3 +113,11 @@ def locked_interval(lo_j: F64, hi_j: F64, dyn_j: F64) -> tuple[F64, F64]:
     energy (the readings do not split it among the classes)."""
     total = float(np.sum(dyn_j))
     return np.zeros_like(lo_j), np.maximum(hi_j, total)
+
+
+def unanchored_warning(device: int, measured_j: float | None) -> str:
+    """The snapshot's line when a phase-locked device's energy could not be anchored."""
+    why = ("no energy counter covers the window" if measured_j is None else
+           f"the energy counter's {measured_j:.0f} J leave no dynamic energy to anchor to")
+    return (f"GPU {device}: the energies rest on the phase-locked fit, which sees one slice of "
+            f"each step, and can be far off, the total too ({why})")

@@ -29,6 +29,7 @@ from attribution.engine.aliasing import (
     locked_interval,
     phase_locked,
     spread_ratio,
+    unanchored_warning,
 )
 from attribution.engine.aliasing import warning as aliasing_warning
 from attribution.engine.clamp import clamped_items
@@ -357,6 +358,13 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
+    elif len(y) == 0:
+        warnings.append(
+            f"GPU {device}: no usable power reading inside the trace window ({len(rd.t_ns)} "
+            "readings; a window must hold the sensor's lag and averaging window): "
+            + (f"idle at the board's active idle ({preset.active_idle_w:.0f} W), "
+               if preset is not None else "idle at the readings' median, ")
+            + "no dynamic energy")
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
@@ -433,11 +441,13 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                                               win[0], win[1])
         if locked is not None:  # the counter knows the total the slice-bound fit cannot
             fitted_j = float(np.asarray(dp) @ g_c_time.sum(axis=1))
-            k = counter_scale(fitted_j, counter_energy_j(trace, device, win[0], win[1]),
-                              p_idle * (win[1] - win[0]) * 1e-9 + tail_j)
+            measured_j = counter_energy_j(trace, device, win[0], win[1])
+            k = counter_scale(fitted_j, measured_j, p_idle * (win[1] - win[0]) * 1e-9 + tail_j)
             if k is not None:
                 dp, dp_boot, lag_dp, prior_dp = dp * k, dp_boot * k, lag_dp * k, prior_dp * k
                 warnings.append(anchor_warning(device, k, fitted_j))
+            else:
+                warnings.append(unanchored_warning(device, measured_j))
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
@@ -449,10 +459,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         x = np.zeros((len(y), n_groups))
         exposure = np.zeros(n_groups)
     else:
-        p_idle = 0.0
+        # no usable reading: idle at the board's value (or, with no board value, the readings'
+        # median, an upper bound), known only to the engine's sanity band around it
+        p_idle = (prior if prior is not None else
+                  float(np.median(rd.power_w)) if len(rd.power_w) else 0.0)
         dp = np.zeros(n_groups)
         lag_dp = prior_dp = np.zeros((2, n_groups))
-        end_p = []
+        end_p = ([] if p_idle == 0.0 else
+                 [p_idle * (1.0 - IDLE_SANITY), p_idle * (1.0 + IDLE_SANITY)] if prior is not None
+                 else [0.0, p_idle])
         p_boot, dp_boot = np.zeros(1), np.zeros((1, n_groups))
         rms = 0.0
         x = np.zeros((0, n_groups))

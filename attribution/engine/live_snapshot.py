@@ -17,7 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.engine.activity import KERNEL
-from attribution.engine.aliasing import anchor_warning, counter_scale, locked_interval
+from attribution.engine.aliasing import (
+    anchor_warning,
+    counter_scale,
+    locked_interval,
+    unanchored_warning,
+)
 from attribution.engine.aliasing import warning as aliasing_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.live_fit import verdicts
@@ -189,6 +194,7 @@ def _anchored(p: DevicePart, measured_j: float | None, warnings: list[str]) -> D
     other_j = p.p_idle_w * (float(np.sum(p.share_s)) + float(np.sum(p.idle_s)))
     k = counter_scale(fitted_j, measured_j, other_j + (p.boost_tail_j or 0.0))
     if k is None:
+        warnings.append(unanchored_warning(p.device, measured_j))
         return p
     warnings.append(anchor_warning(p.device, k, fitted_j))
     ci = (None if p.ci is None else

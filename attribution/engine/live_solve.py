@@ -168,7 +168,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     m = gb.sum(axis=0).reshape(width, width)
     v = vb.sum(axis=0) if nb else np.zeros(width)
     if not (n_rd >= 1 and n_groups):
-        p_idle = float(np.mean(y)) if n_rd else 0.0
+        # no reading settled yet: idle at the board's value, as the batch engine with none
+        p_idle = float(np.mean(y)) if n_rd else (prior if prior is not None else 0.0)
         rms = float(np.std(y)) if n_rd else 0.0
         return DeviceFit(group, n_groups, m, p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
                          class_group, rms, None, None)

@@ -30,6 +30,8 @@ SLOW_TAU_GRID_MS = (30.0, 60.0, 120.0, 250.0, 500.0)
 ramp, tail 0.5-3 s)."""
 SLOW_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 SLOW_LAG_SPAN_MS = 6.0
+MIN_FRESH = 8
+"""With fewer fresh readings than this in a field, every poll of it counts as a reading."""
 AVERAGE_WINDOW_MS = 1000.0
 """Window of the ``average`` field on a board whose preset does not list it (DESIGN.md §3)."""
 
@@ -64,7 +66,10 @@ def readings_for(trace: Trace, device: int) -> Readings:
         if not bool(m.any()):
             continue
         fresh = m & p.fresh
-        if not bool(fresh.any()):
+        if int(np.count_nonzero(fresh)) < MIN_FRESH:
+            # a value that (almost) never changes -- an idle board, or readings locked to one
+            # slice of every step -- shows no fresh polls where the importer marks them by a
+            # change of value (nvidia-smi logs): every poll is then a reading of that value
             fresh = m
         t = p.t_ns[fresh]
         w = p.power_mw[fresh].astype(np.float64) / 1e3
