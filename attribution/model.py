@@ -254,6 +254,14 @@ class MarkerBatch(Columns):
     }
 
 
+POLL_TIME_KEY = "power_time"
+POLL_TIME = "poll"
+"""``Trace.meta[POLL_TIME_KEY] == POLL_TIME``: the power rows are timestamped when a poller
+(nvidia-smi, zeus) read them, not when the sensor published them; a reading was published
+some time since the previous poll, and the engine averages its activity over that time
+(``engine/timebase.py``).  Kept by :meth:`Trace.merged_with`."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PowerBatch(Columns):
     """Board power readings.
@@ -434,6 +442,8 @@ class Trace:
         strings = StringTable(self.strings.names())
         remap = strings.remap_from(other.strings)
         out = Trace(strings=strings, devices=list(self.devices), meta=dict(self.meta))
+        if POLL_TIME_KEY in other.meta and POLL_TIME_KEY not in out.meta:
+            out.meta[POLL_TIME_KEY] = other.meta[POLL_TIME_KEY]
         known = {d.index for d in out.devices}
         out.devices.extend(d for d in other.devices if d.index not in known)
         for f in self.BATCH_FIELDS:

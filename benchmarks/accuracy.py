@@ -14,9 +14,11 @@ the engine attributes the trace; against the simulator's truth this measures
 * ``wall``: wall time of ``attribute``.
 
 Then the real-meter rows (``benchmarks/accuracy_real.py``), skipped when /work/shared is absent.
-Run from the repository root::
+``--files`` runs the suite through the user's path instead: each simulated trace written as
+Kineto JSON + nvidia-smi CSV and read back by the importers (poll-stamped readings, ms
+timestamps), as ``ppwtop attribute`` sees it.  Run from the repository root::
 
-    python benchmarks/accuracy.py [--seconds 60] [--quick] [--data DIR] [--out FILE]
+    python benchmarks/accuracy.py [--seconds 60] [--quick] [--files] [--data DIR] [--out FILE]
 
 Prints a table and writes ``benchmarks/accuracy_results.json``.
 """
@@ -28,6 +30,7 @@ import datetime
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,10 +40,13 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attribution.engine import attribute
-from attribution.model import PowerField
+from attribution.model import PowerField, Trace
 from attribution.sim import SCENARIOS, simulate
 from benchmarks.accuracy_real import real_rows
 from benchmarks.naive import naive_split
+from ppwtop.cli.attribute import fill_device_names
+from ppwtop.importers import load_power, load_trace
+from ppwtop.sim_io import write_kineto, write_smi_csv
 
 GPUS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
 QUICK_SCENARIOS = ("varied_mix", "fixed_mix", "two_streams", "average_only")
@@ -54,11 +60,25 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
     return bool(ci[0] - 1e-9 <= x <= ci[1] + 1e-9)
 
 
+def through_files(trace: Trace) -> Trace:
+    """The trace as ``ppwtop attribute`` sees it: written as Kineto JSON + nvidia-smi CSV
+    (``ppwtop simulate``'s writers) and read back by the importers."""
+    with tempfile.TemporaryDirectory() as d:
+        tp, pp = Path(d) / "trace.json.gz", Path(d) / "power.csv"
+        write_kineto(trace, tp)
+        write_smi_csv(trace, pp)
+        kineto, power = load_trace(tp), load_power(pp)
+    fill_device_names(kineto, power)
+    return kineto.merged_with(power)
+
+
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
-            workload_seed: int | None = None) -> dict[str, Any]:
+            workload_seed: int | None = None, *, files: bool = False) -> dict[str, Any]:
     res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
                    workload_seed=workload_seed)
     truth, trace = res.truth, res.trace
+    if files:
+        trace = through_files(trace)
     t0 = time.perf_counter()
     snap = attribute(trace)
     wall_s = time.perf_counter() - t0
@@ -227,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload-seed", type=int, default=None,
                     help="draw other workload definitions (phase schedules and mixes) too")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--files", action="store_true",
+                    help="through the files: Kineto JSON + nvidia-smi CSV written and read "
+                         "back, as `ppwtop attribute` reads them (no real rows)")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parent / "accuracy_results.json")
     a = ap.parse_args(argv)
@@ -237,12 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s in scen:
         for g in gpus:
-            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed))
+            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed, files=a.files))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
-    real = real_rows(a.data, a.quick)
-    if real:
+    real = [] if a.files else real_rows(a.data, a.quick)
+    if a.files:
+        print("\nreal-meter rows: not with --files (they are read from their own logs)")
+    elif real:
         print_real(real)
     else:
         print(f"\nreal-meter rows skipped: {a.data} not found")
@@ -254,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "benchmarks/accuracy.py", *(argv or sys.argv[1:])]),
         "engine_version": _git_state(),
         "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
+        "through_files": a.files,
         "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }

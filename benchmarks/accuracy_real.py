@@ -22,7 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.engine import attribute
-from attribution.model import DeviceInfo, KernelBatch, PowerField, StringTable, Trace
+from attribution.model import (
+    POLL_TIME_KEY,
+    DeviceInfo,
+    KernelBatch,
+    PowerField,
+    StringTable,
+    Trace,
+)
 from benchmarks.naive import naive_split
 from ppwtop.importers.pmd import load_edges, load_pmd
 from ppwtop.importers.smi_csv import load_smi_csv
@@ -80,8 +87,10 @@ def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: s
         "start_ns": s_ns, "end_ns": e_ns, "device": np.zeros(n, np.int16),
         "stream": np.full(n, 7), "correlation": np.arange(1, n + 1),
         "name_id": np.zeros(n, np.int32)})
+    # the log's rows are stamped when nvidia-smi polled them, as `ppwtop attribute` knows
     trace = Trace(strings=strings, kernels=kernels, power=pw,
-                  devices=[DeviceInfo(index=0, name=device_name)])
+                  devices=[DeviceInfo(index=0, name=device_name)],
+                  meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
     t0 = time.perf_counter()
     snap = attribute(trace, gpu=preset)
     wall_s = time.perf_counter() - t0

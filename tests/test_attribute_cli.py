@@ -118,11 +118,11 @@ def test_help_answers(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_device_name_from_the_power_log(tmp_path: Path) -> None:
     from attribution.model import DeviceInfo, Trace
-    from ppwtop.cli.attribute import _fill_device_names
+    from ppwtop.cli.attribute import fill_device_names
 
     tr = Trace(devices=[DeviceInfo(0, ""), DeviceInfo(1, "Tesla V100-SXM2-32GB")])
     pw = Trace(devices=[DeviceInfo(0, "NVIDIA A100-SXM4-80GB"), DeviceInfo(1, "other")])
-    _fill_device_names(tr, pw)
+    fill_device_names(tr, pw)
     assert [d.name for d in tr.devices] == ["NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"]
 
 

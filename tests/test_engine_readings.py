@@ -62,13 +62,15 @@ def test_no_usable_reading_idles_at_the_board_value() -> None:
     assert lo <= 0.5 * idle_w * 1.001 and hi >= 1.5 * idle_w * 0.999
 
 
-def test_live_with_no_settled_reading_idles_at_the_board_value() -> None:
+def test_live_with_no_reading_in_its_horizon_idles_at_the_board_value() -> None:
+    """The power readings stop after 4 s (a sampler that died); 6 s later the 3 s horizon
+    holds none: idle at the board's value, no dynamic energy -- not 0 J."""
     trace = simulate(scenario="varied_mix", gpu="a100", seconds=10.0, seed=1).trace
     span = trace.gpu_span_ns()
     assert span is not None
     p = trace.power
-    trace = dataclasses.replace(trace, power=p.take(p.t_ns < span[0]))
-    snap = drive(trace, LiveEngine(devices=trace.devices, horizon_s=8.0, n_boot=20))
+    trace = dataclasses.replace(trace, power=p.take(p.t_ns < span[0] + 4_000 * MS))
+    snap = drive(trace, LiveEngine(devices=trace.devices, horizon_s=3.0, n_boot=20))
     assert snap is not None
     assert snap.totals.active_idle_w == PRESETS["a100"].active_idle_w
     assert snap.totals.idle_energy_j > 0.0

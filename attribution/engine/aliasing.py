@@ -57,10 +57,13 @@ def _spread(x: F64) -> float:
 
 
 def spread_ratio(busy: ActivityFn, t_ns: I64, x: F64, window_ms: float, *, lag_ms: float,
-                 tau_ms: float = 0.0, slow: tuple[float, float] = (0.0, 0.0)) -> float:
+                 tau_ms: float = 0.0, slow: tuple[float, float] = (0.0, 0.0),
+                 spread_ns: I64 | None = None) -> float:
     """Activity spread of the readings ``x`` (their activity matrix at ``t_ns``) over that of
-    random windows in the same span at the same lag and response; 1.0 when the test does not
-    apply (too few readings, or a workload that does not vary at the window's scale)."""
+    random windows in the same span at the same lag and response (and, for poll-timestamped
+    readings, averaged over the readings' median publish spread as theirs are); 1.0 when the
+    test does not apply (too few readings, or a workload that does not vary at the window's
+    scale)."""
     n = len(t_ns)
     if n < MIN_READINGS or x.ndim != 2 or x.shape[1] == 0:
         return 1.0
@@ -69,7 +72,10 @@ def spread_ratio(busy: ActivityFn, t_ns: I64, x: F64, window_ms: float, *, lag_m
         return 1.0
     rng = np.random.default_rng(SEED)
     t_rand = np.sort(rng.integers(lo, hi, size=max(n, RANDOM_WINDOWS), dtype=np.int64))
-    ref = _spread(window_fractions(busy, t_rand, window_ms, lag_ms, tau_ms, slow=slow))
+    sp = (None if spread_ns is None else
+          np.full(len(t_rand), int(np.median(spread_ns)), np.int64))
+    ref = _spread(window_fractions(busy, t_rand, window_ms, lag_ms, tau_ms, slow=slow,
+                                   spread_ns=sp))
     if ref < MIN_SPREAD:
         return 1.0
     return _spread(x) / ref

@@ -373,17 +373,21 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         source = "measured+fitted"
         idx = usable(rd.t_ns, window_ms, win[0], win[1])
         t_k, y = rd.t_ns[idx], rd.power_w[idx]
+    # poll-timestamped readings (nvidia-smi logs): published some time since the last poll
+    sp_k = rd.spread_ns[idx] if rd.spread_ns is not None else None
     if len(y) >= 1 and n_groups:
-        lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss)
+        lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss, spread_ns=sp_k)
         if preset is not None and preset.consumer_boost:
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
-                                          rss=regress.quick_rss)
+                                          rss=regress.quick_rss, spread_ns=sp_k)
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
             lag = refine_lag(lambda d: regress.quick_rss(
-                window_fractions(busy, t_k, window_ms, d, tau), y), lag, LAG_FINE_MS,
+                window_fractions(busy, t_k, window_ms, d, tau, spread_ns=sp_k), y), lag,
+                LAG_FINE_MS,
                 bounds_ms=LAG_GRID_MS)
-        x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow)
-        spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow)
+        x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow, spread_ns=sp_k)
+        spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow,
+                              spread_ns=sp_k)
         if phase_locked(spread):
             locked = spread
             warnings.append(aliasing_warning(device, spread, held=prior is not None))
@@ -395,9 +399,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             """Activity at lag + d_ms, with the tail column appended when it is modelled;
             ``plain``: without the consumer-board extras (slow stage, tail)."""
             if plain:
-                return window_fractions(busy, t_k, window_ms, lag, tau)
+                return window_fractions(busy, t_k, window_ms, lag, tau, spread_ns=sp_k)
             xd = x if d_ms == 0 else window_fractions(busy, t_k, window_ms, lag + d_ms, tau,
-                                                      slow=slow)
+                                                      slow=slow, spread_ns=sp_k)
             if tail is None:
                 return xd
             return np.column_stack([xd, tail_fractions(tail[0], tail[1], t_k,
@@ -461,8 +465,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     else:
         # no usable reading: idle at the board's value (or, with no board value, the readings'
         # median, an upper bound), known only to the engine's sanity band around it
-        p_idle = (prior if prior is not None else
-                  float(np.median(rd.power_w)) if len(rd.power_w) else 0.0)
+        p_idle = (0.0 if rd.field is None or not len(rd.power_w) else  # no power: times only
+                  prior if prior is not None else float(np.median(rd.power_w)))
         dp = np.zeros(n_groups)
         lag_dp = prior_dp = np.zeros((2, n_groups))
         end_p = ([] if p_idle == 0.0 else

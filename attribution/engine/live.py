@@ -502,7 +502,7 @@ class LiveEngine:
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
                        seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
-                       phase_locked=phase_locked(st.spread))
+                       phase_locked=phase_locked(st.spread), has_power=st.field is not None)
         steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,

@@ -138,7 +138,8 @@ def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
 
 def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPreset | None,
                block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
-               tail: list[F64] | None = None, phase_locked: bool = False) -> DeviceFit:
+               tail: list[F64] | None = None, phase_locked: bool = False,
+               has_power: bool = True) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
@@ -146,7 +147,9 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
     at the ΔP prior centre × ``regress.prior_span`` (its measured spread), as the batch
     engine does, and with a tail to the fit without it.  ``phase_locked``: the readings
-    cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's."""
+    cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's.
+    ``has_power``: the device has a power field (without one, energies are 0: times only;
+    with one but no reading settled yet, idle runs at the board's value)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -169,7 +172,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     v = vb.sum(axis=0) if nb else np.zeros(width)
     if not (n_rd >= 1 and n_groups):
         # no reading settled yet: idle at the board's value, as the batch engine with none
-        p_idle = float(np.mean(y)) if n_rd else (prior if prior is not None else 0.0)
+        p_idle = (float(np.mean(y)) if n_rd else
+                  prior if prior is not None and has_power else 0.0)
         rms = float(np.std(y)) if n_rd else 0.0
         return DeviceFit(group, n_groups, m, p_idle, np.zeros(um.n_units), np.zeros(n_cls), g_c,
                          class_group, rms, None, None)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
-from attribution.model import F64, I32, I64, PowerField, Trace
+from attribution.model import F64, I32, I64, POLL_TIME, POLL_TIME_KEY, PowerField, Trace
 from attribution.presets import GpuPreset
 
 FIELD_PREFERENCE = (PowerField.INSTANT, PowerField.DRAW, PowerField.SAMPLES, PowerField.METER,
@@ -30,6 +30,8 @@ SLOW_TAU_GRID_MS = (30.0, 60.0, 120.0, 250.0, 500.0)
 ramp, tail 0.5-3 s)."""
 SLOW_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 SLOW_LAG_SPAN_MS = 6.0
+SPREAD_POINTS = 4
+"""Publish times averaged over, evenly inside each reading's spread."""
 MIN_FRESH = 8
 """With fewer fresh readings than this in a field, every poll of it counts as a reading."""
 AVERAGE_WINDOW_MS = 1000.0
@@ -44,6 +46,10 @@ class Readings:
     t_ns: I64
     power_w: F64
     period_ms: float  # measured median spacing (nan when < 2 readings)
+    spread_ns: I64 | None = None
+    """Poll-timestamped readings (``POLL_TIME``): how long before ``t_ns`` the reading may
+    have been published (since the previous poll of the field, at most a period); None when
+    the timestamps are the sensor's own."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,8 +86,24 @@ def readings_for(trace: Trace, device: int) -> Readings:
         ok = np.isfinite(w) & (w >= 0)
         t, w = t[ok], w[ok]
         period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
-        return Readings(f, t, w, period)
+        spread = (_publish_spread(np.sort(p.t_ns[m]), t, period)
+                  if trace.meta.get(POLL_TIME_KEY) == POLL_TIME and len(t) else None)
+        return Readings(f, t, w, period, spread)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
+
+
+def _publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
+    """For readings timestamped at the poll that first showed them: the time since the
+    previous poll of the field (the reading was published in between), at most one period
+    (the value shown is the latest publish); the first reading gets the median."""
+    i = np.searchsorted(polls_ns, t_ns, side="left")
+    prev = polls_ns[np.clip(i - 1, 0, None)]
+    gap = np.where(i > 0, t_ns - prev, -1)
+    known = gap[gap >= 0]
+    fill = int(np.median(known)) if len(known) else 0
+    spread = np.where(gap >= 0, gap, fill)
+    cap = int(period_ms * 1e6) if np.isfinite(period_ms) else int(spread.max(initial=0))
+    return np.asarray(np.clip(spread, 0, max(cap, 0)), np.int64)
 
 
 def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
@@ -118,25 +140,38 @@ def _delays(tau_ms: float, slow: tuple[float, float]) -> tuple[F64, F64]:
 
 
 def window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float, lag_ms: float,
-                     tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0)) -> F64:
+                     tau_ms: float = 0.0, *, slow: tuple[float, float] = (0.0, 0.0),
+                     spread_ns: I64 | None = None) -> F64:
     """Per-group busy fraction inside each reading's window [t − D − W, t − D].
 
     With ``tau_ms > 0`` the board is a first-order low-pass of time constant τ in front of
     the boxcar: the window integral of the filtered signal is the expectation of the boxcar
     integral over a delay u ~ Exp(τ), computed at ``TAU_POINTS`` quantiles of u.  ``slow``
     = (τ₂, w) adds a second, slow stage (consumer boards ramp in two stages): a fraction w of
-    the power follows Exp(τ₂) instead; the delay is then the mixture.
+    the power follows Exp(τ₂) instead; the delay is then the mixture.  ``spread_ns``
+    (poll-timestamped readings, :class:`Readings`): each reading's activity is the mean over
+    ``SPREAD_POINTS`` publish times evenly inside ``[t − spread, t]``.
     """
-    return next(iter_window_fractions(busy, t_ns, window_ms, [(lag_ms, tau_ms)], slow=slow))
+    return next(iter_window_fractions(busy, t_ns, window_ms, [(lag_ms, tau_ms)], slow=slow,
+                                      spread_ns=spread_ns))
 
 
 BATCH_VALUES = 4_000_000
 """Busy-function values (queries × groups) held at once by :func:`iter_window_fractions`."""
 
 
+def _publish_times(t_ns: I64, spread_ns: I64) -> I64:
+    """``SPREAD_POINTS`` publish times per reading, evenly inside ``[t − spread, t]``,
+    ascending within each reading (so the busy function's searches resume), reading-major."""
+    frac = (SPREAD_POINTS - 0.5 - np.arange(SPREAD_POINTS)) / SPREAD_POINTS
+    back = np.rint(spread_ns[:, None].astype(np.float64) * frac[None, :]).astype(np.int64)
+    return np.asarray((t_ns[:, None] - back).reshape(-1), np.int64)
+
+
 def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
                           specs: Sequence[tuple[float, float]], *,
-                          slow: tuple[float, float] = (0.0, 0.0)) -> Iterator[F64]:
+                          slow: tuple[float, float] = (0.0, 0.0),
+                          spread_ns: I64 | None = None) -> Iterator[F64]:
     """:func:`window_fractions` for each (lag, τ) of ``specs`` in turn, bit-identical to one
     call each.
 
@@ -147,7 +182,14 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
     millions of knots); each pair's matrix is then assembled from those values with the
     same arithmetic as :func:`window_fractions`.  Batches hold at most ``BATCH_VALUES``
     values, so memory stays that of a few single calls however long the trace.
+    ``spread_ns``: as :func:`window_fractions`.
     """
+    if spread_ns is not None and len(t_ns):
+        n_rd = len(t_ns)
+        for x in iter_window_fractions(busy, _publish_times(t_ns, spread_ns), window_ms,
+                                       specs, slow=slow):
+            yield np.asarray(x.reshape(n_rd, SPREAD_POINTS, -1).mean(axis=1), np.float64)
+        return
     n = len(t_ns)
     w_ns = np.int64(round(window_ms * 1e6))
     plans: list[tuple[I64, F64]] = []
@@ -238,12 +280,14 @@ def lag_response_plan() -> LagPlan:
 
 
 def run_plan(plan: LagPlan, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
-             rss: Callable[[F64, F64], float]) -> tuple[float, float]:
+             rss: Callable[[F64, F64], float], spread_ns: I64 | None = None
+             ) -> tuple[float, float]:
     """Evaluate a plan stage by stage, each stage's activity matrices in one
     :func:`iter_window_fractions` call."""
     specs = next(plan)
     while True:
-        scores = [rss(x, y) for x in iter_window_fractions(busy, t_ns, window_ms, specs)]
+        scores = [rss(x, y) for x in iter_window_fractions(busy, t_ns, window_ms, specs,
+                                                             spread_ns=spread_ns)]
         try:
             specs = plan.send(scores)
         except StopIteration as done:
@@ -267,16 +311,18 @@ def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
 
 
 def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
-                     rss: Callable[[F64, F64], float]) -> tuple[float, float]:
+                     rss: Callable[[F64, F64], float], *, spread_ns: I64 | None = None
+                     ) -> tuple[float, float]:
     """(lag, τ) jointly: the best lag for each τ in ``TAU_GRID_MS``, then the best τ."""
     if len(t_ns) < 4:
         return 1.5, 0.0
-    return run_plan(lag_response_plan(), busy, t_ns, y, window_ms, rss=rss)
+    return run_plan(lag_response_plan(), busy, t_ns, y, window_ms, rss=rss,
+                    spread_ns=spread_ns)
 
 
 def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
-                      lag_ms: float, tau_ms: float, rss: Callable[[F64, F64], float]
-                      ) -> tuple[float, tuple[float, float]]:
+                      lag_ms: float, tau_ms: float, rss: Callable[[F64, F64], float],
+                      spread_ns: I64 | None = None) -> tuple[float, tuple[float, float]]:
     """A slow second response stage (τ₂, w) and the lag refitted with it.
 
     Grid search of (τ₂, w) over ``SLOW_TAU_GRID_MS`` × ``SLOW_WEIGHTS`` at the given lag and
@@ -284,7 +330,7 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
     once more at the new lag.  Returns (lag, (0, 0)) when no stage lowers the residual.
     """
     steps = slow_response_steps(busy, t_ns, y, window_ms, lag_ms=lag_ms, tau_ms=tau_ms,
-                                rss=rss, batched=True)
+                                rss=rss, batched=True, spread_ns=spread_ns)
     while True:
         try:
             next(steps)
@@ -295,7 +341,7 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
 
 def slow_response_steps(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
                         lag_ms: float, tau_ms: float, rss: Callable[[F64, F64], float],
-                        batched: bool
+                        batched: bool, spread_ns: I64 | None = None
                         ) -> Generator[float, None, tuple[float, tuple[float, float]]]:
     """:func:`fit_slow_response` as a generator (the live engine spreads it over ticks): after
     each activity matrix it yields that matrix's cost in delay-quantile matrices, and returns
@@ -308,8 +354,10 @@ def slow_response_steps(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *
     def matrices(specs: list[tuple[float, float]], slow: tuple[float, float] = (0.0, 0.0)
                  ) -> Iterator[F64]:
         if batched:
-            return iter_window_fractions(busy, t_ns, window_ms, specs, slow=slow)
-        return (window_fractions(busy, t_ns, window_ms, d, tau, slow=slow) for d, tau in specs)
+            return iter_window_fractions(busy, t_ns, window_ms, specs, slow=slow,
+                                         spread_ns=spread_ns)
+        return (window_fractions(busy, t_ns, window_ms, d, tau, slow=slow, spread_ns=spread_ns)
+                for d, tau in specs)
 
     def stage(lag: float) -> Generator[float, None, tuple[float, tuple[float, float]]]:
         # the mixture's activity is (1 − w)·x_fast + w·x_slow: one x_slow per τ₂

@@ -59,7 +59,7 @@ def _shift_power(power: Trace, delta_ns: int) -> Trace:
     return out
 
 
-def _fill_device_names(trace: Trace, power: Trace) -> None:
+def fill_device_names(trace: Trace, power: Trace) -> None:
     """Give trace devices without a name the power log's name for the same index (the CSV's
     ``name`` column picks the preset when the trace has no ``deviceProperties``)."""
     names = {d.index: d.name for d in power.devices if d.name}
@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
                 warnings.append(f"power log {a.power} shifted by {shift / 3.6e12:+.2f} h to "
                                 "overlap the trace (time-zone mix-up? pass --power-tz)")
                 power = _shift_power(power, shift)
-        _fill_device_names(trace, power)
+        fill_device_names(trace, power)
         trace = trace.merged_with(power)
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)
     meta = dict(snap.meta)

@@ -24,7 +24,15 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from attribution.model import ClockBatch, DeviceInfo, PowerBatch, PowerField, Trace
+from attribution.model import (
+    POLL_TIME,
+    POLL_TIME_KEY,
+    ClockBatch,
+    DeviceInfo,
+    PowerBatch,
+    PowerField,
+    Trace,
+)
 from ppwtop.errors import InputError
 from ppwtop.fileio import read_bytes
 
@@ -139,6 +147,7 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
         "source_path": str(p), "source_format": "zeus_csv" if zeus else "smi_csv",
         "power_fields": [f.label for _, f in fields], "timezone": tz_used,
         "skipped_rows": skipped,
+        POLL_TIME_KEY: POLL_TIME,  # rows are stamped when polled, not when published
     })
     if skipped:
         trace.meta["notes"] = [f"skipped {skipped} unparsable row(s) of {len(rows)}"]
