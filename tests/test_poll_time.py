@@ -1,10 +1,13 @@
 """Poll-timestamped power logs (nvidia-smi): a reading was published some time since the
-previous poll, and the engine averages its activity over that time (engine/timebase.py)."""
+previous poll, and the engine averages its activity over that time (engine/timebase.py); the
+lag's uncertainty in the intervals, measured from the residual (engine/build.py), which such
+logs widen."""
 
 from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +15,13 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
-from attribution.engine.timebase import SPREAD_POINTS, readings_for, window_fractions
+from attribution.engine.build import CHI2_90_1, LAG_SLACK_MS, lag_slack_ms
+from attribution.engine.timebase import (
+    LAG_COARSE_MS,
+    SPREAD_POINTS,
+    readings_for,
+    window_fractions,
+)
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
 from attribution.sim import simulate
 from attribution.sim.truth import Truth
@@ -98,3 +107,21 @@ def test_the_files_path_is_close_to_the_publish_times_path() -> None:
     point = _class_error(attribute(dataclasses.replace(trace, meta={}), n_boot=20), res.truth)
     exact = _class_error(attribute(res.trace, n_boot=20), res.truth)
     assert exact < spread < 0.6 * point
+
+
+def test_lag_slack_is_the_residual_profile_width_between_its_bounds() -> None:
+    """RSS(d) = r₀ + a (d − lag)²: the 90 % profile half-width is √(χ²₉₀ σ² / a), σ² = r₀ /
+    (readings − parameters) × block; clipped to [LAG_SLACK_MS, LAG_COARSE_MS]."""
+    def parabola(a: float) -> Callable[[float], float]:
+        return lambda d: 100.0 + a * (d - 3.0) ** 2
+
+    got = lag_slack_ms(parabola(1.0), 3.0, n_readings=102, n_params=2, block=1)
+    assert got == pytest.approx(np.sqrt(CHI2_90_1 * 1.0), rel=1e-9)  # 1.645 ms
+    got = lag_slack_ms(parabola(4.0), 3.0, n_readings=402, n_params=2, block=4)
+    assert got == pytest.approx(np.sqrt(CHI2_90_1 * 1.0 / 4.0), rel=1e-9)  # block: σ² × 4
+    assert lag_slack_ms(parabola(1e6), 3.0, n_readings=102, n_params=2, block=1) \
+        == LAG_SLACK_MS  # a sharp minimum: the floor
+    assert lag_slack_ms(parabola(1e-6), 3.0, n_readings=102, n_params=2, block=1) \
+        == LAG_COARSE_MS  # a flat residual: the cap
+    assert lag_slack_ms(lambda d: 5.0, 3.0, n_readings=102, n_params=2, block=1) \
+        == LAG_COARSE_MS  # no minimum at all

@@ -37,6 +37,7 @@ from attribution.engine.counter import counter_energy_j
 from attribution.engine.lag_refine import refine_lag
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
+    LAG_COARSE_MS,
     LAG_FINE_MS,
     LAG_GRID_MS,
     Sensor,
@@ -60,7 +61,8 @@ N_BOOT = 200
 WINDOW_FRACTIONS = (0.25, 0.5, 1.0)
 """Candidate W / T for a board with no preset (DESIGN.md §3: 25 %, 50 %, 100 % seen)."""
 LAG_SLACK_MS = 0.5
-"""Lag uncertainty folded into the intervals (timestamp skew, board response shape)."""
+"""Least lag uncertainty folded into the intervals (timestamp skew, board response shape);
+``lag_slack_ms`` widens it where the residual measures more."""
 Z90 = 1.645
 GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
@@ -205,6 +207,32 @@ def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: 
         lag = fit_lag(busy, t_k, y, w, regress.quick_rss)
         scores.append(regress.quick_rss(window_fractions(busy, t_k, w, lag), y))
     return float(cands[int(np.argmin(scores))])
+
+
+CHI2_90_1 = 2.706
+"""The χ² (1 degree of freedom) 90 % point: a residual rise of this many σ² bounds the lag."""
+
+
+def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
+                 n_params: int, block: int) -> float:
+    """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
+    residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
+    d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
+    within a bootstrap block move together), never below ``LAG_SLACK_MS`` (timestamp skew,
+    the board's response shape) nor above ``LAG_COARSE_MS`` (the lag search's coarse step: a
+    residual flatter than that -- seconds-long kernels -- says the readings hardly depend on
+    the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
+    runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
+    below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
+    (docs/attribution.md)."""
+    h = LAG_FINE_MS
+    r_m, r_0, r_p = score(lag_ms - h), score(lag_ms), score(lag_ms + h)
+    curv = r_m - 2.0 * r_0 + r_p
+    if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
+        return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term
+    s2 = r_0 / (n_readings - n_params) * block
+    return min(LAG_COARSE_MS,
+               max(LAG_SLACK_MS, h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))))
 
 
 def label_ranks(labels: Sequence[str]) -> I64:
@@ -420,10 +448,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
-        # sensitivity of the estimate to the lag (±LAG_SLACK_MS) and to the ΔP prior's
-        # centre (± its measured spread, regress.prior_span): both go into the interval below
+        # sensitivity of the estimate to the lag (± its measured uncertainty, at least
+        # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
+        # regress.prior_span): both go into the interval below
+        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
+        slack = lag_slack_ms(lambda d: regress.quick_rss(window_fractions(
+            busy, t_k, window_ms, d, tau, slow=slow, spread_ns=sp_k), y), lag,
+            n_readings=len(y), n_params=n_groups + 1, block=block)
         lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
-                    for d in (-LAG_SLACK_MS, LAG_SLACK_MS)]
+                    for d in (-slack, slack)]
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
@@ -435,7 +468,6 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         end_p = [e.p_idle_w for e in lag_fits + prior_fits]
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
-        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
                                             pooled=centre, idle_weight=idle_w)
         dp_boot = dp_boot[:, :n_groups]
