@@ -4,7 +4,8 @@ Owns the choice of readings (one field per device, fresh readings only, windows 
 attribution window), the sensor model (from the GPU preset; unknown boards: T from the
 median spacing of fresh readings and W = T), the per-reading activity matrix over the exact
 sensor windows ``[t_k − D − W, t_k − D]`` (optionally behind a first-order board response of
-time constant τ), and the grid search of D (and τ) that best explains the readings.
+time constant τ; for poll-stamped logs averaged over each reading's possible publish times),
+and the grid search of D (and τ) that best explains the readings.
 """
 
 from __future__ import annotations
