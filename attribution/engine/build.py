@@ -214,7 +214,7 @@ CHI2_90_1 = 2.706
 
 
 def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
-                 n_params: int, block: int) -> float:
+                 n_params: int, block: int, at_lag: float | None = None) -> float:
     """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
     residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
     d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
@@ -224,9 +224,10 @@ def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: 
     the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
     runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
     below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
-    (docs/attribution.md)."""
+    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already."""
     h = LAG_FINE_MS
-    r_m, r_0, r_p = score(lag_ms - h), score(lag_ms), score(lag_ms + h)
+    r_0 = score(lag_ms) if at_lag is None else at_lag
+    r_m, r_p = score(lag_ms - h), score(lag_ms + h)
     curv = r_m - 2.0 * r_0 + r_p
     if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
         return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term
@@ -454,7 +455,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         slack = lag_slack_ms(lambda d: regress.quick_rss(window_fractions(
             busy, t_k, window_ms, d, tau, slow=slow, spread_ns=sp_k), y), lag,
-            n_readings=len(y), n_params=n_groups + 1, block=block)
+            n_readings=len(y), n_params=n_groups + 1, block=block,
+            at_lag=regress.quick_rss(x, y))  # x is that matrix at the fitted lag
         lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
                     for d in (-slack, slack)]
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
