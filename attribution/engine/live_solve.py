@@ -149,7 +149,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     engine does, and with a tail to the fit without it.  ``phase_locked``: the readings
     cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's.
     ``has_power``: the device has a power field (without one, energies are 0: times only;
-    with one but no reading settled yet, idle runs at the board's value)."""
+    with one but no reading in the horizon, idle runs at the board's value)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -171,7 +171,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     m = gb.sum(axis=0).reshape(width, width)
     v = vb.sum(axis=0) if nb else np.zeros(width)
     if not (n_rd >= 1 and n_groups):
-        # no reading settled yet: idle at the board's value, as the batch engine with none
+        # no reading in the horizon: idle at the board's value, as the batch engine with none
         p_idle = (float(np.mean(y)) if n_rd else
                   prior if prior is not None and has_power else 0.0)
         rms = float(np.std(y)) if n_rd else 0.0
