@@ -44,7 +44,7 @@ from attribution.model import PowerField, Trace
 from attribution.sim import SCENARIOS, simulate
 from benchmarks.accuracy_real import real_rows
 from benchmarks.naive import naive_split
-from ppwtop.cli.attribute import fill_device_names
+from ppwtop.cli.attribute import merge_power
 from ppwtop.importers import load_power, load_trace
 from ppwtop.sim_io import write_kineto, write_smi_csv
 
@@ -62,14 +62,14 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
 
 def through_files(trace: Trace) -> Trace:
     """The trace as ``ppwtop attribute`` sees it: written as Kineto JSON + nvidia-smi CSV
-    (``ppwtop simulate``'s writers) and read back by the importers."""
+    (``ppwtop simulate``'s writers), read back by the importers and merged as the command
+    merges them."""
     with tempfile.TemporaryDirectory() as d:
         tp, pp = Path(d) / "trace.json.gz", Path(d) / "power.csv"
         write_kineto(trace, tp)
         write_smi_csv(trace, pp)
-        kineto, power = load_trace(tp), load_power(pp)
-    fill_device_names(kineto, power)
-    return kineto.merged_with(power)
+        merged, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
+    return merged
 
 
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,

@@ -250,7 +250,7 @@ def test_panel_key_unique_is_numpys() -> None:
 @pytest.mark.parametrize("tau_ms", [0.0, 1.2])
 @pytest.mark.parametrize("n_cls", [4, 300])  # the dense table, then the overlaps
 def test_reading_rows_are_window_fractions_at_three_lags(tau_ms: float, n_cls: int) -> None:
-    from attribution.engine.build import LAG_SLACK_MS
+    from attribution.engine.lag_refine import LAG_SLACK_MS
     from attribution.engine.live_reduce import reading_rows
     from attribution.engine.timebase import window_fractions
 

@@ -1,6 +1,6 @@
 """Poll-timestamped power logs (nvidia-smi): a reading was published some time since the
 previous poll, and the engine averages its activity over that time (engine/timebase.py); the
-lag's uncertainty in the intervals, measured from the residual (engine/build.py), which such
+lag's uncertainty in the intervals, measured from the residual (engine/lag_refine.py), which such
 logs widen."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
-from attribution.engine.build import CHI2_90_1, LAG_SLACK_MS, lag_slack_ms
+from attribution.engine.lag_refine import CHI2_90_1, LAG_SLACK_MS, lag_slack_ms
 from attribution.engine.timebase import (
     LAG_COARSE_MS,
     SPREAD_POINTS,
@@ -26,7 +26,7 @@ from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, 
 from attribution.sim import simulate
 from attribution.sim.truth import Truth
 from attribution.snapshot import Snapshot
-from ppwtop.cli.attribute import fill_device_names
+from ppwtop.cli.attribute import merge_power
 from ppwtop.importers import load_power, load_trace
 from ppwtop.sim_io import write_kineto, write_smi_csv
 from tests.test_import_smi_csv import RUN_3090
@@ -99,9 +99,7 @@ def test_the_files_path_is_close_to_the_publish_times_path() -> None:
         tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
         write_kineto(res.trace, tp)
         write_smi_csv(res.trace, pp)
-        trace, power = load_trace(tp), load_power(pp)
-    fill_device_names(trace, power)
-    trace = trace.merged_with(power)
+        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
     assert trace.meta[POLL_TIME_KEY] == POLL_TIME
     spread = _class_error(attribute(trace, n_boot=20), res.truth)
     point = _class_error(attribute(dataclasses.replace(trace, meta={}), n_boot=20), res.truth)

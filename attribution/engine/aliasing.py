@@ -86,7 +86,7 @@ def phase_locked(ratio: float) -> bool:
     return ratio < PHASE_LOCKED_RATIO
 
 
-def warning(device: int, ratio: float, *, held: bool) -> str:
+def locked_warning(device: int, ratio: float, *, held: bool) -> str:
     """The snapshot's warning line for phase-locked readings on ``device``."""
     return (f"GPU {device}: the power readings are phase-locked to the workload (their sensor "
             f"windows see {100 * ratio:.2g}% of the activity spread of randomly placed "

@@ -27,17 +27,16 @@ from attribution.engine.aliasing import (
     anchor_warning,
     counter_scale,
     locked_interval,
+    locked_warning,
     phase_locked,
     spread_ratio,
     unanchored_warning,
 )
-from attribution.engine.aliasing import warning as aliasing_warning
 from attribution.engine.clamp import clamped_items
 from attribution.engine.counter import counter_energy_j
-from attribution.engine.lag_refine import refine_lag
+from attribution.engine.lag_refine import lag_slack_ms, refine_lag
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
-    LAG_COARSE_MS,
     LAG_FINE_MS,
     LAG_GRID_MS,
     Sensor,
@@ -60,9 +59,6 @@ COLLINEAR = 0.95
 N_BOOT = 200
 WINDOW_FRACTIONS = (0.25, 0.5, 1.0)
 """Candidate W / T for a board with no preset (DESIGN.md §3: 25 %, 50 %, 100 % seen)."""
-LAG_SLACK_MS = 0.5
-"""Least lag uncertainty folded into the intervals (timestamp skew, board response shape);
-``lag_slack_ms`` widens it where the residual measures more."""
 Z90 = 1.645
 GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
@@ -207,33 +203,6 @@ def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: 
         lag = fit_lag(busy, t_k, y, w, regress.quick_rss)
         scores.append(regress.quick_rss(window_fractions(busy, t_k, w, lag), y))
     return float(cands[int(np.argmin(scores))])
-
-
-CHI2_90_1 = 2.706
-"""The χ² (1 degree of freedom) 90 % point: a residual rise of this many σ² bounds the lag."""
-
-
-def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
-                 n_params: int, block: int, at_lag: float | None = None) -> float:
-    """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
-    residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
-    d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
-    within a bootstrap block move together), never below ``LAG_SLACK_MS`` (timestamp skew,
-    the board's response shape) nor above ``LAG_COARSE_MS`` (the lag search's coarse step: a
-    residual flatter than that -- seconds-long kernels -- says the readings hardly depend on
-    the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
-    runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
-    below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
-    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already."""
-    h = LAG_FINE_MS
-    r_0 = score(lag_ms) if at_lag is None else at_lag
-    r_m, r_p = score(lag_ms - h), score(lag_ms + h)
-    curv = r_m - 2.0 * r_0 + r_p
-    if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
-        return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term
-    s2 = r_0 / (n_readings - n_params) * block
-    return min(LAG_COARSE_MS,
-               max(LAG_SLACK_MS, h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))))
 
 
 def label_ranks(labels: Sequence[str]) -> I64:
@@ -419,7 +388,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                               spread_ns=sp_k)
         if phase_locked(spread):
             locked = spread
-            warnings.append(aliasing_warning(device, spread, held=prior is not None))
+            warnings.append(locked_warning(device, spread, held=prior is not None))
         if preset is not None and preset.consumer_boost:
             tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
                             rss=regress.quick_rss)

@@ -1,12 +1,14 @@
-"""Sub-grid refinement of the fitted sensor lag.
+"""Sub-grid refinement of the fitted sensor lag, and its uncertainty.
 
-Owns :func:`refine_lag`.  The lag search (``timebase``) steps 0.25 ms, yet a short class next
-to busy/idle edges moves by tens of per cent of its energy per 0.25 ms: on fixed_mix/a100
-(seed 7) the pinned HtoD copy was −58 % at the grid's best lag and −1 % at the residual's
-minimum 0.1 ms away, and the short kernels it trades energy with +6…+25 % against +1…+12 %.
-Between grid points the residual is smooth and close to a parabola, so its vertex through
-the best point and its two neighbours finds the minimum; a second pass at half the step
-refines it.  The residual is the caller's (the same ridge fit the grid search scores with).
+Owns :func:`refine_lag` and :func:`lag_slack_ms` (the lag term of the intervals), both read
+off the residual as a function of the lag near its minimum.  The lag search (``timebase``)
+steps 0.25 ms, yet a short class next to busy/idle edges moves by tens of per cent of its
+energy per 0.25 ms: on fixed_mix/a100 (seed 7) the pinned HtoD copy was −58 % at the grid's
+best lag and −1 % at the residual's minimum 0.1 ms away, and the short kernels it trades
+energy with +6…+25 % against +1…+12 %.  Between grid points the residual is smooth and close
+to a parabola, so its vertex through the best point and its two neighbours finds the
+minimum; a second pass at half the step refines it; its curvature there bounds the lag.  The
+residual is the caller's (the same ridge fit the grid search scores with).
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
+from attribution.engine.timebase import LAG_COARSE_MS, LAG_FINE_MS
+
 MAX_WALK = 4
 """Steps the search may walk when a neighbour of the starting lag scores lower."""
 RESOLUTION_DECIMALS = 3
 """The refined lag is rounded to 10⁻³ ms."""
+LAG_SLACK_MS = 0.5
+"""Least lag uncertainty folded into the intervals (timestamp skew, board response shape);
+:func:`lag_slack_ms` widens it where the residual measures more."""
+
 
 
 def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *,
@@ -55,3 +65,30 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
     # to 1 µs: finer is below any clock's meaning, and equivalent residuals that differ in
     # the last bits (another busy-time implementation) then give the same lag
     return round(min(max(best, lo), hi), RESOLUTION_DECIMALS)
+
+
+CHI2_90_1 = 2.706
+"""The χ² (1 degree of freedom) 90 % point: a residual rise of this many σ² bounds the lag."""
+
+
+def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
+                 n_params: int, block: int, at_lag: float | None = None) -> float:
+    """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
+    residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
+    d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
+    within a bootstrap block move together), never below ``LAG_SLACK_MS`` (timestamp skew,
+    the board's response shape) nor above ``LAG_COARSE_MS`` (the lag search's coarse step: a
+    residual flatter than that -- seconds-long kernels -- says the readings hardly depend on
+    the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
+    runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
+    below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
+    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already."""
+    h = LAG_FINE_MS
+    r_0 = score(lag_ms) if at_lag is None else at_lag
+    r_m, r_p = score(lag_ms - h), score(lag_ms + h)
+    curv = r_m - 2.0 * r_0 + r_p
+    if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
+        return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term
+    s2 = r_0 / (n_readings - n_params) * block
+    return min(LAG_COARSE_MS,
+               max(LAG_SLACK_MS, h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))))

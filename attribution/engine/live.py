@@ -40,8 +40,9 @@ import numpy as np
 
 from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.aliasing import phase_locked
-from attribution.engine.build import BLOCK_S, LAG_SLACK_MS, _fit_window
+from attribution.engine.build import BLOCK_S, _fit_window
 from attribution.engine.clamp import MAX_GAP_NS
+from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, unit_ids
 from attribution.engine.live_redo import Redo, redo_finish, redo_rows

@@ -22,7 +22,7 @@ import numpy as np
 
 from attribution.engine import regress
 from attribution.engine.aliasing import spread_ratio
-from attribution.engine.build import LAG_SLACK_MS
+from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
 from attribution.engine.tail import fit_tail_params, idle_gaps, tail_fractions

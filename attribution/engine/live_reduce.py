@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
-from attribution.engine.build import LAG_SLACK_MS
 from attribution.engine.deltas import ITEMS
+from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
 from attribution.idle import STALL_NS, idle_intervals

@@ -21,9 +21,9 @@ from attribution.engine.aliasing import (
     anchor_warning,
     counter_scale,
     locked_interval,
+    locked_warning,
     unanchored_warning,
 )
-from attribution.engine.aliasing import warning as aliasing_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.live_fit import verdicts
 from attribution.engine.live_solve import ClassCi
@@ -219,7 +219,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
         mj = counter_energy_j(en, p.device, win[0], win[1])
         if p.phase_lock is not None:
-            warnings.append(aliasing_warning(p.device, p.phase_lock, held=p.preset is not None))
+            warnings.append(locked_warning(p.device, p.phase_lock, held=p.preset is not None))
             p = _anchored(p, mj, warnings)
         k, c, i, members = _device_rows(p)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}

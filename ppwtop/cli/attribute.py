@@ -67,6 +67,25 @@ def fill_device_names(trace: Trace, power: Trace) -> None:
                      else d for d in trace.devices]
 
 
+def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]]:
+    """``trace`` merged with the power log read from ``path``, as ``ppwtop attribute`` and
+    ``export`` merge it: shifted by whole quarter hours when only that overlaps the trace (a
+    warning says so), the log's device names given to unnamed trace devices."""
+    warnings: list[str] = []
+    win = trace_window(trace)
+    if win is not None:
+        try:
+            shift = tz_shift_ns(power, win)
+        except ValueError as e:
+            raise InputError(path, str(e)) from None
+        if shift:
+            warnings.append(f"power log {path} shifted by {shift / 3.6e12:+.2f} h to "
+                            "overlap the trace (time-zone mix-up? pass --power-tz)")
+            power = _shift_power(power, shift)
+    fill_device_names(trace, power)
+    return trace.merged_with(power), warnings
+
+
 def _import_notes(path: str, trace: Trace) -> list[str]:
     """What the importer noted about a file (skipped rows, ignored events) and what a
     late-attach recording cannot hold, as warnings."""
@@ -108,18 +127,8 @@ def main(argv: list[str]) -> int:
     if a.power is not None:
         power = load_power(a.power, tz=a.power_tz)
         warnings += _import_notes(a.power, power)
-        win = trace_window(trace)
-        if win is not None:
-            try:
-                shift = tz_shift_ns(power, win)
-            except ValueError as e:
-                raise InputError(a.power, str(e)) from None
-            if shift:
-                warnings.append(f"power log {a.power} shifted by {shift / 3.6e12:+.2f} h to "
-                                "overlap the trace (time-zone mix-up? pass --power-tz)")
-                power = _shift_power(power, shift)
-        fill_device_names(trace, power)
-        trace = trace.merged_with(power)
+        trace, merged = merge_power(trace, power, a.power)
+        warnings += merged
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)
     meta = dict(snap.meta)
     meta.update({"trace": str(a.trace), "power": a.power, "owners": a.owners,

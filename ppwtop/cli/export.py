@@ -32,28 +32,15 @@ def is_snapshot(path: str | Path) -> bool:
 
 
 def _with_power(trace: Trace, path: str, tz: str | None) -> Trace:
-    """The trace merged with a power log, shifted by whole quarter hours when only that
-    overlaps it (the same rule as ``ppwtop attribute``)."""
-    from attribution.engine.build import trace_window
-    from ppwtop.cli.attribute import tz_shift_ns
+    """The trace merged with a power log as ``ppwtop attribute`` merges it
+    (:func:`ppwtop.cli.attribute.merge_power`), its warnings on stderr."""
+    from ppwtop.cli.attribute import merge_power
     from ppwtop.importers import load_power
 
-    power = load_power(path, tz=tz)
-    win = trace_window(trace)
-    if win is not None:
-        try:
-            shift = tz_shift_ns(power, win)
-        except ValueError as e:
-            raise InputError(path, str(e)) from None
-        if shift:
-            print(f"ppwtop: warning: power log {path} shifted by {shift / 3.6e12:+.2f} h to "
-                  "overlap the trace (time-zone mix-up? pass --power-tz)", file=sys.stderr)
-            shifted = Trace(strings=power.strings, devices=list(power.devices),
-                            meta=dict(power.meta))
-            for f in Trace.BATCH_FIELDS:
-                setattr(shifted, f, getattr(power, f).shifted(shift))
-            power = shifted
-    return trace.merged_with(power)
+    merged, warnings = merge_power(trace, load_power(path, tz=tz), path)
+    for w in warnings:
+        print(f"ppwtop: warning: {w}", file=sys.stderr)
+    return merged
 
 
 def main(argv: list[str]) -> int:
