@@ -1,0 +1,98 @@
+"""Where poll-stamped power readings were published: the sensor's publish grid.
+
+Owns narrowing the publish interval of readings timestamped by the poll that first showed
+them (nvidia-smi logs; ``timebase.Readings.spread_ns``).  One poll alone only says the reading
+was published since the previous poll (≈ 12 ms at ``-lms 10``, half an A100 window).  But the
+sensor publishes on a regular period T (the SC'24 study's update periods; the real A100 and
+RTX 3090 logs in ../shared fit one to a millisecond), so reading k was published at
+``φ + n_k·T`` and every neighbour's interval, moved by whole periods, bounds it as well: the
+intersection over ``GRID_NEIGHBOURS`` readings either side is typically 1–2 ms wide.  Each
+reading keeps the part of its own interval that its neighbours agree on, widened by
+``GRID_MARGIN_MS`` for the sensor's publish jitter and the drift over the neighbourhood.
+Where the neighbours disagree (a jittery or irregular sensor, a restart) the reading keeps its
+own interval, and where too few agree the grid is not used at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attribution.model import F64, I64
+
+GRID_NEIGHBOURS = 8
+"""Readings either side whose intervals, moved by whole periods, bound a reading's publish."""
+GRID_MARGIN_MS = 0.5
+"""Widening of the neighbours' bound, either side: the sensor's publish jitter and the drift
+over the neighbourhood (the simulator's 0.2 ms jitter: every publish inside; a sensor that
+jitters more shows as readings whose own interval misses the bound, see ``narrow``)."""
+GRID_MIN_AGREEING = 0.75
+"""Fraction of readings whose neighbourhood must agree on one grid for the grid to be used."""
+GRID_MIN_READINGS = 4 * GRID_NEIGHBOURS
+GRID_SPAN = 50
+"""Periods over which the grid's period is measured (each slope's error ≈ spread / span)."""
+
+
+def stamp_resolution_ns(t_ns: I64) -> int:
+    """The timestamps' resolution (nvidia-smi prints milliseconds): 1 ms, 1 µs or 1 ns."""
+    for r in (1_000_000, 1_000):
+        if len(t_ns) and not bool(np.any(t_ns % r)):
+            return r
+    return 1
+
+
+def period_index(t_ns: I64, period_ns: float) -> I64:
+    """Whole periods since the first reading, each step at least one (a gap of k periods,
+    readings the log lost, counts k)."""
+    steps = np.maximum(np.rint(np.diff(t_ns) / period_ns), 1.0).astype(np.int64)
+    return np.concatenate(([0], np.cumsum(steps))).astype(np.int64)
+
+
+def _either_side(x: F64, half: int, how: str) -> F64:
+    """Running max (``how="max"``) or min over the ``half`` values either side of each value,
+    the value itself left out (clipped at the ends)."""
+    fill = -np.inf if how == "max" else np.inf
+    padded = np.concatenate((np.full(half, fill), x, np.full(half, fill)))
+    view = np.lib.stride_tricks.sliding_window_view(padded, half)
+    run: F64 = view.max(axis=1) if how == "max" else view.min(axis=1)
+    n = len(x)
+    left, right = run[:n], run[half + 1:half + 1 + n]
+    out: F64 = np.maximum(left, right) if how == "max" else np.minimum(left, right)
+    return out
+
+
+def grid_period_ns(mid_ns: F64, n: F64) -> float:
+    """The publish period on the host's clock: the median slope of the intervals' midpoints
+    over ``GRID_SPAN`` periods (robust to a miscounted gap, unlike one straight-line fit)."""
+    k = min(GRID_SPAN, len(n) // 4)
+    slopes = (mid_ns[k:] - mid_ns[:-k]) / (n[k:] - n[:-k])
+    return float(np.median(slopes))
+
+
+def narrow(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
+           ) -> tuple[I64, I64, float]:
+    """Publish intervals ``[t − spread, t]`` narrowed by the publish grid: the new upper ends,
+    the new spreads, and the fraction of readings whose own interval meets the one their
+    neighbours give (0 when the grid was not used: too few readings, or too few agreeing).
+    ``resolution_ns``: the stamps' resolution (:func:`stamp_resolution_ns` of the polls): a
+    printed stamp is the poll time truncated, so the poll may be up to that much later."""
+    n_read = len(t_ns)
+    if n_read < GRID_MIN_READINGS or not np.isfinite(period_ms) or period_ms <= 0:
+        return t_ns, spread_ns, 0.0
+    lo = (t_ns - spread_ns).astype(np.float64)
+    hi = t_ns.astype(np.float64) + (resolution_ns if resolution_ns > 1 else 0)  # truncated stamps
+    n = period_index(t_ns, period_ms * 1e6).astype(np.float64)
+    mid = 0.5 * (lo + hi)
+    per = grid_period_ns(mid, n)
+    base = per * n
+    base += float(np.median(mid - base))
+    margin = GRID_MARGIN_MS * 1e6
+    g_lo = _either_side(lo - base, GRID_NEIGHBOURS, "max") + base - margin
+    g_hi = _either_side(hi - base, GRID_NEIGHBOURS, "min") + base + margin
+    new_lo, new_hi = np.maximum(g_lo, lo), np.minimum(g_hi, hi)
+    agree = new_lo <= new_hi
+    share = float(np.mean(agree))
+    if share < GRID_MIN_AGREEING:
+        return t_ns, spread_ns, 0.0
+    new_t = np.where(agree, np.rint(new_hi), t_ns).astype(np.int64)
+    new_spread = np.where(agree, new_t - np.rint(new_lo), spread_ns).astype(np.int64)
+    return new_t, np.maximum(new_spread, 0), share
