@@ -1,5 +1,5 @@
 """The publish grid narrows poll-stamped readings' publish intervals (engine/publish_grid.py),
-and readings a change-of-value log hides are restored (timebase._repeated_publishes)."""
+and readings a change-of-value log hides are restored (publish_grid.repeated_publishes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine import publish_grid as pg
-from attribution.engine.timebase import _publish_spread, _repeated_publishes, readings_for
+from attribution.engine.timebase import readings_for
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
 from attribution.sim import simulate
 from ppwtop.cli.attribute import merge_power
@@ -37,7 +37,7 @@ def _polled(period_ms: float, jitter_ms: float, poll_ms: tuple[float, float], se
     new = np.r_[False, np.diff(shown) != 0] & (shown >= 0)
     stamps = polls // MS * MS
     t = stamps[new]
-    return t, _publish_spread(stamps, t, period_ms), pub[shown[new]]
+    return t, pg.publish_spread(stamps, t, period_ms), pub[shown[new]]
 
 
 def _inside(t: np.ndarray, spread: np.ndarray, truth: np.ndarray) -> float:
@@ -102,13 +102,13 @@ def test_repeated_values_are_restored_between_changes_of_value() -> None:
     t = np.array([0, 96, 204, 708, 804], np.int64) * MS  # 204 -> 708: 5 periods
     w = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     spread = np.full(len(t), 12 * MS, np.int64)
-    t2, w2, s2 = _repeated_publishes(t, w, spread, polls, per)
+    t2, w2, s2 = pg.repeated_publishes(t, w, spread, polls, per)
     assert len(t2) == len(t) + 4 + 11  # 4 inside; 11 periods after the last change to 1992 ms
     inside = (t2 > 204 * MS) & (t2 < 708 * MS)
     assert np.diff(t2[inside]).tolist() == pytest.approx([100.8 * MS] * 3, abs=1)
     assert np.all(w2[inside] == 3.0) and np.all(s2 == 12 * MS)
     sparse = polls[(polls < 300 * MS) | (polls > 600 * MS)]  # a 300 ms hole in the polls
-    t3, _, _ = _repeated_publishes(t, w, spread, sparse, per)
+    t3, _, _ = pg.repeated_publishes(t, w, spread, sparse, per)
     assert not np.any((t3 > 204 * MS) & (t3 < 708 * MS))
 
 

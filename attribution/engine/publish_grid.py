@@ -1,16 +1,20 @@
-"""Where poll-stamped power readings were published: the sensor's publish grid.
+"""Where poll-stamped power readings were published: their publish intervals, the readings a
+repeated value hid, and the sensor's publish grid.
 
-Owns narrowing the publish interval of readings timestamped by the poll that first showed
-them (nvidia-smi logs; ``timebase.Readings.spread_ns``).  One poll alone only says the reading
-was published since the previous poll (≈ 12 ms at ``-lms 10``, half an A100 window).  But the
-sensor publishes on a regular period T (the SC'24 study's update periods; the real A100 and
-RTX 3090 logs in ../shared fit one to a millisecond), so reading k was published at
-``φ + n_k·T`` and every neighbour's interval, moved by whole periods, bounds it as well: the
-intersection over ``GRID_NEIGHBOURS`` readings either side is typically 1–2 ms wide.  Each
-reading keeps the part of its own interval that its neighbours agree on, widened by
-``GRID_MARGIN_MS`` for the sensor's publish jitter and the drift over the neighbourhood.
-Where the neighbours disagree (a jittery or irregular sensor, a restart) the reading keeps its
-own interval, and where too few agree the grid is not used at all.
+Owns the readings of a log timestamped by the poll that first showed each value (nvidia-smi
+logs; ``timebase.Readings.spread_ns``): each reading's publish interval (since the previous
+poll), the readings such a log hides when the sensor publishes the same value again (it marks
+readings by a change of value), and the narrowing of the intervals by the publish grid.
+
+One poll alone only says the reading was published since the previous poll (≈ 12 ms at
+``-lms 10``, half an A100 window).  But the sensor publishes on a regular period T (the SC'24
+study's update periods; the real A100 and RTX 3090 logs in ../shared fit one to a
+millisecond), so reading k was published at ``φ + n_k·T`` and every neighbour's interval,
+moved by whole periods, bounds it as well: the intersection over ``GRID_NEIGHBOURS`` readings
+either side is typically 1–2 ms wide.  Each reading keeps the part of its own interval that
+its neighbours agree on, widened by ``GRID_MARGIN_MS`` for the sensor's publish jitter and the
+drift over the neighbourhood.  Where the neighbours disagree (a jittery or irregular sensor, a
+restart) the reading keeps its own interval, and where too few agree the grid is not used.
 """
 
 from __future__ import annotations
@@ -96,3 +100,68 @@ def narrow(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
     new_t = np.where(agree, np.rint(new_hi), t_ns).astype(np.int64)
     new_spread = np.where(agree, new_t - np.rint(new_lo), spread_ns).astype(np.int64)
     return new_t, np.maximum(new_spread, 0), share
+
+
+def publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
+    """For readings timestamped at the poll that first showed them: the time since the
+    previous poll of the field (the reading was published in between), at most one period
+    (the value shown is the latest publish); a reading the first poll showed, a period."""
+    i = np.searchsorted(polls_ns, t_ns, side="left")
+    prev = polls_ns[np.clip(i - 1, 0, None)]
+    gap = np.where(i > 0, t_ns - prev, -1)
+    cap = int(period_ms * 1e6) if np.isfinite(period_ms) else int(gap.max(initial=0))
+    spread = np.where(gap >= 0, gap, cap)
+    return np.asarray(np.clip(spread, 0, max(cap, 0)), np.int64)
+
+
+def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
+                        period_ms: float) -> tuple[I64, F64, I64]:
+    """Readings a change-of-value log hides: a sensor that publishes the same value again (an
+    idle board, to the log's 10 mW) leaves polls the importer marks stale, so k periods between
+    two changes of value hold k − 1 unseen publishes of the earlier value (and after the last
+    change, one per period up to the last poll).  Each is placed evenly between its two
+    neighbours, its publish spread likewise; only where the polls in between stay under half a
+    period apart (a poll gap could hide a change of value)."""
+    if len(t_ns) < 2 or not np.isfinite(period_ms) or period_ms <= 0 or len(polls_ns) < 2:
+        return t_ns, power_w, spread_ns
+    per = period_ms * 1e6
+    big = np.concatenate(([0], np.cumsum(np.diff(polls_ns) > per / 2)))
+    at = np.searchsorted(polls_ns, t_ns)
+    last = polls_ns[-1]
+    ends = np.concatenate((t_ns[1:], [last]))
+    end_at = np.concatenate((at[1:], [len(polls_ns) - 1]))
+    gap = (ends - t_ns).astype(np.float64)
+    k = np.rint(gap / per).astype(np.int64)
+    k[-1] = int(np.floor(gap[-1] / per)) + 1  # after the last change: publishes up to the last poll
+    dense = big[end_at] == big[at]
+    k = np.where(dense & (k >= 2), k, 1)
+    n = k - 1
+    if not bool(n.any()):
+        return t_ns, power_w, spread_ns
+    src = np.repeat(np.arange(len(t_ns)), n)
+    j = np.arange(len(src)) - np.repeat(np.cumsum(n) - n, n) + 1
+    tail = src == len(t_ns) - 1
+    frac = j / k[src]
+    step = np.where(tail, j * per, frac * gap[src])
+    s_next = np.concatenate((spread_ns[1:], spread_ns[-1:]))
+    s_new = spread_ns[src] + np.where(tail, 0.0, frac * (s_next[src] - spread_ns[src]))
+    t_all = np.concatenate((t_ns, t_ns[src] + np.rint(step).astype(np.int64)))
+    order = np.argsort(t_all, kind="stable")
+    return (t_all[order], np.concatenate((power_w, power_w[src]))[order],
+            np.concatenate((spread_ns, np.rint(s_new).astype(np.int64)))[order])
+
+
+def poll_stamped(t_ns: I64, power_w: F64, polls_ns: I64, period_ms: float, *,
+                 hidden_repeats: bool) -> tuple[I64, F64, I64]:
+    """The readings of one field of a poll-stamped log (``t_ns``: the polls that showed a new
+    value; ``polls_ns``: all its polls, sorted) as the engine takes them: the readings a
+    repeated value hid restored (``hidden_repeats``: the log marks readings by a change of
+    value), each with its publish interval ``[t − spread, t]``, narrowed by the publish grid
+    where the neighbours agree.  Returns (t_ns, power_w, spread_ns)."""
+    spread = publish_spread(polls_ns, t_ns, period_ms)
+    if hidden_repeats:
+        t_ns, power_w, spread = repeated_publishes(t_ns, power_w, spread, polls_ns, period_ms)
+    t_grid, s_grid, _ = narrow(t_ns, spread, period_ms, stamp_resolution_ns(polls_ns))
+    if bool(np.all(np.diff(t_grid) > 0)):
+        t_ns, spread = t_grid, s_grid
+    return t_ns, power_w, spread

@@ -90,65 +90,10 @@ def readings_for(trace: Trace, device: int) -> Readings:
         period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
         if trace.meta.get(POLL_TIME_KEY) != POLL_TIME or not len(t):
             return Readings(f, t, w, period, None)
-        polls = np.sort(p.t_ns[m])
-        spread = _publish_spread(polls, t, period)
-        if not bool(np.all(fresh[m])):
-            t, w, spread = _repeated_publishes(t, w, spread, polls, period)
-        t_grid, s_grid, _ = publish_grid.narrow(t, spread, period,
-                                                publish_grid.stamp_resolution_ns(polls))
-        if bool(np.all(np.diff(t_grid) > 0)):
-            t, spread = t_grid, s_grid
+        t, w, spread = publish_grid.poll_stamped(t, w, np.sort(p.t_ns[m]), period,
+                                                 hidden_repeats=not bool(np.all(fresh[m])))
         return Readings(f, t, w, period, spread)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
-
-
-def _publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
-    """For readings timestamped at the poll that first showed them: the time since the
-    previous poll of the field (the reading was published in between), at most one period
-    (the value shown is the latest publish); a reading the first poll showed, a period."""
-    i = np.searchsorted(polls_ns, t_ns, side="left")
-    prev = polls_ns[np.clip(i - 1, 0, None)]
-    gap = np.where(i > 0, t_ns - prev, -1)
-    cap = int(period_ms * 1e6) if np.isfinite(period_ms) else int(gap.max(initial=0))
-    spread = np.where(gap >= 0, gap, cap)
-    return np.asarray(np.clip(spread, 0, max(cap, 0)), np.int64)
-
-
-def _repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
-                        period_ms: float) -> tuple[I64, F64, I64]:
-    """Readings a change-of-value log hides: a sensor that publishes the same value again (an
-    idle board, to the log's 10 mW) leaves polls the importer marks stale, so k periods between
-    two changes of value hold k − 1 unseen publishes of the earlier value (and after the last
-    change, one per period up to the last poll).  Each is placed evenly between its two
-    neighbours, its publish spread likewise; only where the polls in between stay under half a
-    period apart (a poll gap could hide a change of value)."""
-    if len(t_ns) < 2 or not np.isfinite(period_ms) or period_ms <= 0 or len(polls_ns) < 2:
-        return t_ns, power_w, spread_ns
-    per = period_ms * 1e6
-    big = np.concatenate(([0], np.cumsum(np.diff(polls_ns) > per / 2)))
-    at = np.searchsorted(polls_ns, t_ns)
-    last = polls_ns[-1]
-    ends = np.concatenate((t_ns[1:], [last]))
-    end_at = np.concatenate((at[1:], [len(polls_ns) - 1]))
-    gap = (ends - t_ns).astype(np.float64)
-    k = np.rint(gap / per).astype(np.int64)
-    k[-1] = int(np.floor(gap[-1] / per)) + 1  # after the last change: publishes up to the last poll
-    dense = big[end_at] == big[at]
-    k = np.where(dense & (k >= 2), k, 1)
-    n = k - 1
-    if not bool(n.any()):
-        return t_ns, power_w, spread_ns
-    src = np.repeat(np.arange(len(t_ns)), n)
-    j = np.arange(len(src)) - np.repeat(np.cumsum(n) - n, n) + 1
-    tail = src == len(t_ns) - 1
-    frac = j / k[src]
-    step = np.where(tail, j * per, frac * gap[src])
-    s_next = np.concatenate((spread_ns[1:], spread_ns[-1:]))
-    s_new = spread_ns[src] + np.where(tail, 0.0, frac * (s_next[src] - spread_ns[src]))
-    t_all = np.concatenate((t_ns, t_ns[src] + np.rint(step).astype(np.int64)))
-    order = np.argsort(t_all, kind="stable")
-    return (t_all[order], np.concatenate((power_w, power_w[src]))[order],
-            np.concatenate((spread_ns, np.rint(s_new).astype(np.int64)))[order])
 
 
 def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
