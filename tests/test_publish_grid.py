@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attribution.engine import attribute
+from attribution.engine import attribute, build
 from attribution.engine import publish_grid as pg
-from attribution.engine.timebase import readings_for
+from attribution.engine.timebase import Readings, readings_for
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
+from attribution.presets import GpuPreset, get_preset
 from attribution.sim import simulate
 from ppwtop.cli.attribute import merge_power
 from ppwtop.importers import load_power, load_trace
@@ -151,3 +152,53 @@ def test_through_the_files_the_grid_places_idle_power_as_the_sensor_timestamps_d
         plain = attribute(trace, n_boot=20).totals.active_idle_w
     assert abs(grid - true_w) < max(2.0 * abs(exact - true_w), 0.03 * true_w)
     assert abs(plain - true_w) > 2.0 * abs(grid - true_w)
+
+
+def test_a_log_polled_more_slowly_than_the_sensor_publishes_bounds_by_the_sensor_period() -> None:
+    """``nvidia-smi -l 1`` against a 100 ms sensor: each poll shows a value published within
+    the sensor's period before it, not within the second since the previous poll; the polls
+    are not consecutive publishes, so no grid and no restored repeats."""
+    polls = np.arange(0, 60_000, 1000, dtype=np.int64) * MS + np.arange(60) % 7 * MS
+    w = np.full(len(polls), 50.0)
+    w[::2] = 60.0  # every other poll shows the same value as the one before it
+    t_all, w_all, s_all = pg.poll_stamped(polls, w, polls, 1000.0, hidden_repeats=True,
+                                          sensor_period_ms=100.0)
+    assert np.array_equal(t_all, polls) and np.array_equal(w_all, w)
+    assert np.all(s_all[1:] == 100 * MS) and s_all[0] == 100 * MS
+    # without the board's period, the log's own spacing is all there is to bound it
+    _, _, s_unknown = pg.poll_stamped(polls, w, polls, 1000.0, hidden_repeats=True)
+    assert np.all(s_unknown[1:] > 900 * MS)
+    # a log polling faster than the sensor is left to the grid, the board's period or not
+    rng = np.random.default_rng(5)
+    fast_polls = np.cumsum(rng.uniform(11.0, 14.0, 2500) * MS).astype(np.int64) // MS * MS
+    shown = np.searchsorted(np.arange(0, 40_000, 100) * MS + 3 * MS, fast_polls, "right")
+    fresh = fast_polls[np.r_[True, np.diff(shown) != 0]]
+    with_board = pg.poll_stamped(fresh, np.zeros(len(fresh)), fast_polls, 100.0,
+                                 hidden_repeats=False, sensor_period_ms=100.0)
+    without = pg.poll_stamped(fresh, np.zeros(len(fresh)), fast_polls, 100.0,
+                              hidden_repeats=False)
+    assert np.array_equal(with_board[2], without[2])
+    assert np.median(with_board[2]) < 0.5 * np.median(np.diff(fast_polls))
+
+
+def test_the_engine_hands_the_board_to_the_readings() -> None:
+    """The batch engine's readings know the board (its sensor period bounds a slow log)."""
+    seen: list[GpuPreset | None] = []
+
+    def spy(trace: Trace, device: int, preset: GpuPreset | None = None) -> Readings:
+        seen.append(preset)
+        return readings_for(trace, device, preset)
+
+    res = simulate(scenario="demo", gpu="h100", seconds=5.0, seed=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "readings_for", spy)
+        attribute(res.trace, n_boot=5)
+    assert seen and seen[0] is not None and seen[0].key == "h100"
+    polls = np.arange(0, 30_000, 1000, dtype=np.int64) * MS
+    tr = Trace(power=PowerBatch.from_columns({
+        "t_ns": polls, "power_mw": 50_000 + np.arange(len(polls)),
+        "device": np.zeros(len(polls), np.int16),
+        "field": np.full(len(polls), int(PowerField.INSTANT), np.uint8),
+        "fresh": np.ones(len(polls), bool)}), meta={POLL_TIME_KEY: POLL_TIME})
+    rd = readings_for(tr, 0, get_preset("h100"))
+    assert rd.spread_ns is not None and int(rd.spread_ns.max()) == 100 * MS

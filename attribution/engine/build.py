@@ -335,7 +335,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
 
     busy = BusyFunction(s_ns, e_ns, item_group, n_groups, origin_ns=origin)
 
-    rd = readings_for(trace, device)
+    rd = readings_for(trace, device, preset)
     period_ms, window_ms, source = sensor_model(preset, rd)
     field = rd.field.label if rd.field is not None else "none"
     idx = usable(rd.t_ns, window_ms, win[0], win[1]) if rd.field is not None else np.empty(0,

@@ -32,6 +32,9 @@ jitters more shows as readings whose own interval misses the bound, see ``narrow
 GRID_MIN_AGREEING = 0.75
 """Fraction of readings whose neighbourhood must agree on one grid for the grid to be used."""
 GRID_MIN_READINGS = 4 * GRID_NEIGHBOURS
+SLOW_POLLS = 1.5
+"""Readings spaced more than this many sensor periods apart come from a log polling more
+slowly than the sensor publishes."""
 GRID_SPAN = 50
 """Periods over which the grid's period is measured (each slope's error ≈ spread / span)."""
 
@@ -152,12 +155,22 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
 
 
 def poll_stamped(t_ns: I64, power_w: F64, polls_ns: I64, period_ms: float, *,
-                 hidden_repeats: bool) -> tuple[I64, F64, I64]:
+                 hidden_repeats: bool, sensor_period_ms: float | None = None
+                 ) -> tuple[I64, F64, I64]:
     """The readings of one field of a poll-stamped log (``t_ns``: the polls that showed a new
-    value; ``polls_ns``: all its polls, sorted) as the engine takes them: the readings a
-    repeated value hid restored (``hidden_repeats``: the log marks readings by a change of
-    value), each with its publish interval ``[t − spread, t]``, narrowed by the publish grid
-    where the neighbours agree.  Returns (t_ns, power_w, spread_ns)."""
+    value; ``polls_ns``: all its polls, sorted; ``period_ms``: their median spacing) as the
+    engine takes them: the readings a repeated value hid restored (``hidden_repeats``: the
+    log marks readings by a change of value), each with its publish interval
+    ``[t − spread, t]``, narrowed by the publish grid where the neighbours agree.
+
+    A log that polls more slowly than the sensor publishes (``nvidia-smi -l 1`` against a
+    100 ms sensor: the readings' spacing over 1.5 × ``sensor_period_ms``, the board's) shows
+    a value published within the sensor's period before each poll, not within the poll gap;
+    its readings are not consecutive publishes, so neither the hidden repeats nor the grid
+    apply.  Returns (t_ns, power_w, spread_ns)."""
+    if (sensor_period_ms is not None and np.isfinite(period_ms)
+            and period_ms > SLOW_POLLS * sensor_period_ms):
+        return t_ns, power_w, publish_spread(polls_ns, t_ns, sensor_period_ms)
     spread = publish_spread(polls_ns, t_ns, period_ms)
     if hidden_repeats:
         t_ns, power_w, spread = repeated_publishes(t_ns, power_w, spread, polls_ns, period_ms)

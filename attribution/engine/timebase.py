@@ -63,8 +63,10 @@ class Sensor:
     source: str  # "preset" | "measured" | "measured+fitted" | "field" | "none"
 
 
-def readings_for(trace: Trace, device: int) -> Readings:
-    """Fresh readings of the preferred field on ``device`` (sorted, de-duplicated by time)."""
+def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> Readings:
+    """Fresh readings of the preferred field on ``device`` (sorted, de-duplicated by time).
+    ``preset``: the board's, whose publish period bounds a poll-stamped reading's interval
+    where the log polls more slowly than the sensor publishes."""
     p = trace.power
     on_dev = p.device == device
     if not bool(on_dev.any()):
@@ -91,9 +93,17 @@ def readings_for(trace: Trace, device: int) -> Readings:
         if trace.meta.get(POLL_TIME_KEY) != POLL_TIME or not len(t):
             return Readings(f, t, w, period, None)
         t, w, spread = publish_grid.poll_stamped(t, w, np.sort(p.t_ns[m]), period,
-                                                 hidden_repeats=not bool(np.all(fresh[m])))
+                                                 hidden_repeats=not bool(np.all(fresh[m])),
+                                                 sensor_period_ms=_preset_period(preset, f))
         return Readings(f, t, w, period, spread)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
+
+
+def _preset_period(preset: GpuPreset | None, field: PowerField) -> float | None:
+    try:
+        return float(preset.sensor(field).period_ms) if preset is not None else None
+    except KeyError:
+        return None
 
 
 def sensor_model(preset: GpuPreset | None, readings: Readings) -> tuple[float, float, str]:
