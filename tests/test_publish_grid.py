@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -202,3 +203,29 @@ def test_the_engine_hands_the_board_to_the_readings() -> None:
         "fresh": np.ones(len(polls), bool)}), meta={POLL_TIME_KEY: POLL_TIME})
     rd = readings_for(tr, 0, get_preset("h100"))
     assert rd.spread_ns is not None and int(rd.spread_ns.max()) == 100 * MS
+
+
+
+def test_an_unknown_boards_window_is_fitted_over_the_publish_spread() -> None:
+    """With no preset, the engine picks W among T/4, T/2, T at each one's best lag: for a
+    poll-stamped log it models each reading over its publish interval there too."""
+    res = simulate(scenario="demo", gpu="a100", seconds=8.0, seed=2)
+    with tempfile.TemporaryDirectory() as d:
+        tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
+        write_kineto(res.trace, tp)
+        write_smi_csv(res.trace, pp)
+        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
+    trace.devices[:] = [type(dv)(**{**{f: getattr(dv, f) for f in dv.__dataclass_fields__},
+                                    "name": "Mystery GPU"}) for dv in trace.devices]
+    spreads: list[object] = []
+    real = build.fit_lag
+
+    def spy(*args: Any, **kw: Any) -> float:
+        spreads.append(kw.get("spread_ns"))
+        return real(*args, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "fit_lag", spy)
+        snap = attribute(trace, n_boot=5)
+    assert snap.meta["sensor_source"]["0"] == "measured+fitted"
+    assert len(spreads) == 3 and all(s is not None for s in spreads)

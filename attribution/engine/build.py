@@ -190,18 +190,19 @@ def p_idle_interval(p_idle_w: float, boot_q_w: tuple[float, float], ends_w: Sequ
 
 
 def _fit_window(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, period_ms: float,
-                win: tuple[int, int]) -> float:
+                win: tuple[int, int], *, spread_ns: I64 | None = None) -> float:
     """Unknown board: pick W among T/4, T/2, T by the residual at each W's best lag (all
-    candidates scored on the same readings)."""
+    candidates scored on the same readings; poll-stamped ones over their publish spread)."""
     cands = [period_ms * f for f in WINDOW_FRACTIONS]
     idx = usable(t_ns, max(cands), win[0], win[1])
     if len(idx) < 8:
         return period_ms
     t_k, y = t_ns[idx], power_w[idx]
+    sp = spread_ns[idx] if spread_ns is not None else None
     scores = []
     for w in cands:
-        lag = fit_lag(busy, t_k, y, w, regress.quick_rss)
-        scores.append(regress.quick_rss(window_fractions(busy, t_k, w, lag), y))
+        lag = fit_lag(busy, t_k, y, w, regress.quick_rss, spread_ns=sp)
+        scores.append(regress.quick_rss(window_fractions(busy, t_k, w, lag, spread_ns=sp), y))
     return float(cands[int(np.argmin(scores))])
 
 
@@ -367,7 +368,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
     if source == "measured" and len(y) >= 8 and n_groups:
-        window_ms = _fit_window(busy, rd.t_ns, rd.power_w, period_ms, win)
+        window_ms = _fit_window(busy, rd.t_ns, rd.power_w, period_ms, win,
+                                spread_ns=rd.spread_ns)
         source = "measured+fitted"
         idx = usable(rd.t_ns, window_ms, win[0], win[1])
         t_k, y = rd.t_ns[idx], rd.power_w[idx]

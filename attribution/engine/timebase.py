@@ -296,18 +296,20 @@ def run_plan(plan: LagPlan, busy: ActivityFn, t_ns: I64, y: F64, window_ms: floa
 
 
 def fit_lag(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
-            rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0) -> float:
+            rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0,
+            spread_ns: I64 | None = None) -> float:
     """Lag (ms) minimising the regression residual: coarse grid, then a fine one."""
-    return fit_lag_score(busy, t_ns, y, window_ms, rss, tau_ms=tau_ms)[0]
+    return fit_lag_score(busy, t_ns, y, window_ms, rss, tau_ms=tau_ms, spread_ns=spread_ns)[0]
 
 
 def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
-                  rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0
-                  ) -> tuple[float, float]:
+                  rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0,
+                  spread_ns: I64 | None = None) -> tuple[float, float]:
     """(lag, residual) at the best lag for a given response time constant."""
     if len(t_ns) < 4:
         return 1.5, float("inf")
-    return run_plan(_lag_stages(tau_ms), busy, t_ns, y, window_ms, rss=rss)
+    return run_plan(_lag_stages(tau_ms), busy, t_ns, y, window_ms, rss=rss,
+                    spread_ns=spread_ns)
 
 
 def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
