@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attribution.model import F64, I64
+from attribution.model import F64, I64, B
 
 GRID_NEIGHBOURS = 8
 """Readings either side whose intervals, moved by whole periods, bound a reading's publish."""
@@ -35,8 +35,13 @@ GRID_MIN_READINGS = 4 * GRID_NEIGHBOURS
 SLOW_POLLS = 1.5
 """Readings spaced more than this many sensor periods apart come from a log polling more
 slowly than the sensor publishes."""
+PERIOD_SCAN = (0.4, 1.4, 0.02)
+"""Candidate publish periods, as (start, stop, step) multiples of the readings' median
+spacing; the step only has to count whole periods right (the grid measures T itself)."""
+PERIOD_READINGS = 1024
+"""Readings the period is judged on (the first ones)."""
 GRID_SPAN = 50
-"""Periods over which the grid's period is measured (each slope's error ≈ spread / span)."""
+"""Readings over which the grid's period is measured (each slope's error ≈ spread / span)."""
 
 
 def stamp_resolution_ns(t_ns: I64) -> int:
@@ -69,7 +74,7 @@ def _either_side(x: F64, half: int, how: str) -> F64:
 
 def grid_period_ns(mid_ns: F64, n: F64) -> float:
     """The publish period on the host's clock: the median slope of the intervals' midpoints
-    over ``GRID_SPAN`` periods (robust to a miscounted gap, unlike one straight-line fit)."""
+    over ``GRID_SPAN`` readings (robust to a miscounted gap, unlike one straight-line fit)."""
     k = min(GRID_SPAN, len(n) // 4)
     slopes = (mid_ns[k:] - mid_ns[:-k]) / (n[k:] - n[:-k])
     return float(np.median(slopes))
@@ -82,9 +87,25 @@ def narrow(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
     neighbours give (0 when the grid was not used: too few readings, or too few agreeing).
     ``resolution_ns``: the stamps' resolution (:func:`stamp_resolution_ns` of the polls): a
     printed stamp is the poll time truncated, so the poll may be up to that much later."""
-    n_read = len(t_ns)
-    if n_read < GRID_MIN_READINGS or not np.isfinite(period_ms) or period_ms <= 0:
+    got = _grid_bounds(t_ns, spread_ns, period_ms, resolution_ns)
+    if got is None:
         return t_ns, spread_ns, 0.0
+    new_lo, new_hi, agree, _ = got
+    share = float(np.mean(agree))
+    if share < GRID_MIN_AGREEING:
+        return t_ns, spread_ns, 0.0
+    new_t = np.where(agree, np.rint(new_hi), t_ns).astype(np.int64)
+    new_spread = np.where(agree, new_t - np.rint(new_lo), spread_ns).astype(np.int64)
+    return new_t, np.maximum(new_spread, 0), share
+
+
+def _grid_bounds(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
+                 ) -> tuple[F64, F64, B, float] | None:
+    """Each reading's publish interval cut to its neighbours' bound (``narrow``): the lower
+    and upper ends, whether the two met (where not, the ends cross), and the grid's period
+    (ns; ``period_ms`` only counts the periods between readings)."""
+    if len(t_ns) < GRID_MIN_READINGS or not np.isfinite(period_ms) or period_ms <= 0:
+        return None
     lo = (t_ns - spread_ns).astype(np.float64)
     hi = t_ns.astype(np.float64) + (resolution_ns if resolution_ns > 1 else 0)  # truncated stamps
     n = period_index(t_ns, period_ms * 1e6).astype(np.float64)
@@ -96,13 +117,40 @@ def narrow(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
     g_lo = _either_side(lo - base, GRID_NEIGHBOURS, "max") + base - margin
     g_hi = _either_side(hi - base, GRID_NEIGHBOURS, "min") + base + margin
     new_lo, new_hi = np.maximum(g_lo, lo), np.minimum(g_hi, hi)
-    agree = new_lo <= new_hi
-    share = float(np.mean(agree))
-    if share < GRID_MIN_AGREEING:
-        return t_ns, spread_ns, 0.0
-    new_t = np.where(agree, np.rint(new_hi), t_ns).astype(np.int64)
-    new_spread = np.where(agree, new_t - np.rint(new_lo), spread_ns).astype(np.int64)
-    return new_t, np.maximum(new_spread, 0), share
+    return new_lo, new_hi, new_lo <= new_hi, per
+
+
+def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: int) -> float:
+    """The sensor's publish period from poll-stamped readings (``t_ns``; ``gap_ns``: the time
+    since each one's previous poll).  Their median spacing (``spacing_ms``) overstates it
+    where a value repeats (a long kernel holds one power for several periods: a simulated
+    V100's 20 ms read 24 ms, and W and every class followed), and the stamps themselves are
+    periodic at the poll period.  So each candidate period is judged by the grid it implies:
+    the share of readings whose interval meets their neighbours' bound (at least
+    ``GRID_MIN_AGREEING``) times how much of a period the narrowed intervals leave open (the
+    poll period leaves all of it, a wrong period no agreement); candidates ``PERIOD_SCAN`` ×
+    the spacing count the periods between readings, and the best grid's own measured period
+    is returned."""
+    if len(t_ns) < GRID_MIN_READINGS or not np.isfinite(spacing_ms) or spacing_ms <= 0:
+        return spacing_ms
+    t_k, g_k = t_ns[:PERIOD_READINGS], gap_ns[:PERIOD_READINGS]
+    poll_ms = float(np.median(g_k)) / 1e6
+    best, best_score = spacing_ms, 0.0  # no grid that narrows anything: the spacing stays
+    for cand in np.arange(*PERIOD_SCAN) * spacing_ms:
+        if cand <= poll_ms:  # a sensor publishing faster than the log polls: not seen
+            continue
+        got = _grid_bounds(t_k, np.minimum(g_k, int(cand * 1e6)), float(cand), resolution_ns)
+        if got is None:
+            continue
+        lo, hi, agree, per = got
+        share = float(np.mean(agree))
+        if not per > 0 or share < GRID_MIN_AGREEING:  # a grid narrow() would not use
+            continue
+        width = np.where(agree, hi - lo, per)
+        score = share * (1.0 - min(float(np.median(width)) / per, 1.0))
+        if score > best_score + 1e-9:
+            best, best_score = per / 1e6, score
+    return best
 
 
 def publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
@@ -156,25 +204,29 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
 
 def poll_stamped(t_ns: I64, power_w: F64, polls_ns: I64, period_ms: float, *,
                  hidden_repeats: bool, sensor_period_ms: float | None = None
-                 ) -> tuple[I64, F64, I64]:
+                 ) -> tuple[I64, F64, I64, float]:
     """The readings of one field of a poll-stamped log (``t_ns``: the polls that showed a new
     value; ``polls_ns``: all its polls, sorted; ``period_ms``: their median spacing) as the
-    engine takes them: the readings a repeated value hid restored (``hidden_repeats``: the
-    log marks readings by a change of value), each with its publish interval
-    ``[t − spread, t]``, narrowed by the publish grid where the neighbours agree.
+    engine takes them: the sensor's publish period measured (:func:`publish_period_ms`), the
+    readings a repeated value hid restored (``hidden_repeats``: the log marks readings by a
+    change of value), each with its publish interval ``[t − spread, t]``, narrowed by the
+    publish grid where the neighbours agree.
 
     A log that polls more slowly than the sensor publishes (``nvidia-smi -l 1`` against a
     100 ms sensor: the readings' spacing over 1.5 × ``sensor_period_ms``, the board's) shows
     a value published within the sensor's period before each poll, not within the poll gap;
     its readings are not consecutive publishes, so neither the hidden repeats nor the grid
-    apply.  Returns (t_ns, power_w, spread_ns)."""
+    apply.  Returns (t_ns, power_w, spread_ns, period_ms)."""
     if (sensor_period_ms is not None and np.isfinite(period_ms)
             and period_ms > SLOW_POLLS * sensor_period_ms):
-        return t_ns, power_w, publish_spread(polls_ns, t_ns, sensor_period_ms)
+        return t_ns, power_w, publish_spread(polls_ns, t_ns, sensor_period_ms), period_ms
+    res = stamp_resolution_ns(polls_ns)
+    period_ms = publish_period_ms(t_ns, publish_spread(polls_ns, t_ns, float("inf")),
+                                  period_ms, res)
     spread = publish_spread(polls_ns, t_ns, period_ms)
     if hidden_repeats:
         t_ns, power_w, spread = repeated_publishes(t_ns, power_w, spread, polls_ns, period_ms)
-    t_grid, s_grid, _ = narrow(t_ns, spread, period_ms, stamp_resolution_ns(polls_ns))
+    t_grid, s_grid, _ = narrow(t_ns, spread, period_ms, res)
     if bool(np.all(np.diff(t_grid) > 0)):
         t_ns, spread = t_grid, s_grid
-    return t_ns, power_w, spread
+    return t_ns, power_w, spread, period_ms

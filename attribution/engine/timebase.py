@@ -47,7 +47,7 @@ class Readings:
     field: PowerField | None
     t_ns: I64
     power_w: F64
-    period_ms: float  # measured median spacing (nan when < 2 readings)
+    period_ms: float  # measured: median spacing, a poll-stamped log's publish grid (nan: < 2)
     spread_ns: I64 | None = None
     """Poll-timestamped readings (``POLL_TIME``): how long before ``t_ns`` the reading may
     have been published (since the previous poll of the field, at most a period); None when
@@ -92,9 +92,10 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
         period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
         if trace.meta.get(POLL_TIME_KEY) != POLL_TIME or not len(t):
             return Readings(f, t, w, period, None)
-        t, w, spread = publish_grid.poll_stamped(t, w, np.sort(p.t_ns[m]), period,
-                                                 hidden_repeats=not bool(np.all(fresh[m])),
-                                                 sensor_period_ms=_preset_period(preset, f))
+        hidden = not bool(np.all(fresh[m]))
+        t, w, spread, period = publish_grid.poll_stamped(
+            t, w, np.sort(p.t_ns[m]), period, hidden_repeats=hidden,
+            sensor_period_ms=_preset_period(preset, f))
         return Readings(f, t, w, period, spread)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
