@@ -6,9 +6,7 @@ logs widen."""
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,9 +24,8 @@ from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, 
 from attribution.sim import simulate
 from attribution.sim.truth import Truth
 from attribution.snapshot import Snapshot
-from ppwtop.cli.attribute import merge_power
-from ppwtop.importers import load_power, load_trace
-from ppwtop.sim_io import write_kineto, write_smi_csv
+from ppwtop.importers import load_power
+from tests.files_path import through_files
 from tests.test_import_smi_csv import RUN_3090
 
 MS = 1_000_000
@@ -97,11 +94,7 @@ def test_the_files_path_is_close_to_the_publish_times_path() -> None:
     polled every ~12 ms: with the poll times as publish times the class energies were 19 %
     off (in memory, with the publish times: 1 %); averaged over the publish spread, ~6 %."""
     res = simulate(scenario="varied_mix", gpu="v100", seconds=40.0, seed=7)
-    with tempfile.TemporaryDirectory() as d:
-        tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
-        write_kineto(res.trace, tp)
-        write_smi_csv(res.trace, pp)
-        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
+    trace = through_files(res.trace)
     assert trace.meta[POLL_TIME_KEY] == POLL_TIME
     spread = _class_error(attribute(trace, n_boot=20), res.truth)
     point = _class_error(attribute(dataclasses.replace(trace, meta={}), n_boot=20), res.truth)

@@ -3,9 +3,6 @@ and readings a change-of-value log hides are restored (publish_grid.repeated_pub
 
 from __future__ import annotations
 
-import dataclasses
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,9 +14,7 @@ from attribution.engine.timebase import Readings, readings_for
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset
 from attribution.sim import simulate
-from ppwtop.cli.attribute import merge_power
-from ppwtop.importers import load_power, load_trace
-from ppwtop.sim_io import write_kineto, write_smi_csv
+from tests.files_path import through_files
 
 MS = 1_000_000
 
@@ -141,11 +136,7 @@ def test_through_the_files_the_grid_places_idle_power_as_the_sensor_timestamps_d
     ~12 ms poll intervals against a 25 ms window, and P_idle was fitted 23 % low (47.5 W
     against 62 W, every class 5-12 % high); the grid narrows the intervals to ~3 ms."""
     res = simulate(scenario="clamp_episode", gpu="a100", seconds=60.0, seed=7)
-    with tempfile.TemporaryDirectory() as d:
-        tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
-        write_kineto(res.trace, tp)
-        write_smi_csv(res.trace, pp)
-        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
+    trace = through_files(res.trace)
     true_w = res.truth.active_idle_w
     exact = attribute(res.trace, n_boot=20).totals.active_idle_w
     grid = attribute(trace, n_boot=20).totals.active_idle_w
@@ -211,13 +202,7 @@ def test_an_unknown_boards_window_is_fitted_over_the_publish_spread() -> None:
     """With no preset, the engine picks W among T/4, T/2, T at each one's best lag: for a
     poll-stamped log it models each reading over its publish interval there too."""
     res = simulate(scenario="demo", gpu="a100", seconds=8.0, seed=2)
-    with tempfile.TemporaryDirectory() as d:
-        tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
-        write_kineto(res.trace, tp)
-        write_smi_csv(res.trace, pp)
-        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
-    trace.devices[:] = [type(dv)(**{**{f: getattr(dv, f) for f in dv.__dataclass_fields__},
-                                    "name": "Mystery GPU"}) for dv in trace.devices]
+    trace = through_files(res.trace, device_name="Mystery GPU")
     spreads: list[object] = []
     real = build.fit_lag
 
@@ -269,13 +254,7 @@ def test_an_unknown_boards_csv_gets_its_sensor_period_and_window() -> None:
     nvidia-smi CSV: the period measured from the spacing read 24 ms, the window fit then
     chose 12 ms and the classes were 9.9 % off (with the board known: 2.0 %)."""
     res = simulate(scenario="varied_mix", gpu="v100", seconds=30.0, seed=7)
-    with tempfile.TemporaryDirectory() as d:
-        tp, pp = Path(d) / "t.json.gz", Path(d) / "p.csv"
-        write_kineto(res.trace, tp)
-        write_smi_csv(res.trace, pp)
-        trace, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
-    trace = dataclasses.replace(trace, devices=[dataclasses.replace(dv, name="Mystery GPU")
-                                                for dv in trace.devices])
+    trace = through_files(res.trace, device_name="Mystery GPU")
     sensor = attribute(trace, n_boot=10).gpus[0].sensor
     assert sensor.period_ms == pytest.approx(20.0, abs=0.2)
     assert sensor.window_ms == pytest.approx(10.0, abs=0.2)
