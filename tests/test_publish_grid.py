@@ -10,7 +10,7 @@ import pytest
 
 from attribution.engine import attribute, build
 from attribution.engine import publish_grid as pg
-from attribution.engine.timebase import Readings, readings_for
+from attribution.engine.timebase import Readings, fit_lag, readings_for
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset
 from attribution.sim import simulate
@@ -204,7 +204,7 @@ def test_an_unknown_boards_window_is_fitted_over_the_publish_spread() -> None:
     res = simulate(scenario="demo", gpu="a100", seconds=8.0, seed=2)
     trace = through_files(res.trace, device_name="Mystery GPU")
     spreads: list[object] = []
-    real = build.fit_lag
+    real = fit_lag
 
     def spy(*args: Any, **kw: Any) -> float:
         spreads.append(kw.get("spread_ns"))
