@@ -50,8 +50,8 @@ class Readings:
     period_ms: float  # measured: median spacing, a poll-stamped log's publish grid (nan: < 2)
     spread_ns: I64 | None = None
     """Poll-timestamped readings (``POLL_TIME``): how long before ``t_ns`` the reading may
-    have been published (since the previous poll of the field, at most a period); None when
-    the timestamps are the sensor's own."""
+    have been published (since the previous poll of the field, at most a period, narrowed by
+    the publish grid: ``publish_grid``); None when the timestamps are the sensor's own."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
