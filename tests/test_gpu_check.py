@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
-SECTIONS = ("environment", "nvml", "sensor", "energy", "cupti", "overhead", "attribute")
+SECTIONS = ("environment", "nvml", "sensor", "poll_grid", "energy", "cupti", "overhead",
+            "attribute")
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_check_sensor as gs  # noqa: E402

@@ -173,7 +173,8 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
     two changes of value hold k − 1 unseen publishes of the earlier value (and after the last
     change, one per period up to the last poll).  Each is placed evenly between its two
     neighbours, its publish spread likewise; only where the polls in between stay under half a
-    period apart (a poll gap could hide a change of value)."""
+    period apart (a poll gap could hide a change of value) and the earlier reading's publish
+    is known to within half a period."""
     if len(t_ns) < 2 or not np.isfinite(period_ms) or period_ms <= 0 or len(polls_ns) < 2:
         return t_ns, power_w, spread_ns
     per = period_ms * 1e6
@@ -186,7 +187,10 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
     k = np.rint(gap / per).astype(np.int64)
     k[-1] = int(np.floor(gap[-1] / per)) + 1  # after the last change: publishes up to the last poll
     dense = big[end_at] == big[at]
-    k = np.where(dense & (k >= 2), k, 1)
+    # a reading whose publish is known only to within half a period or worse (the log's first
+    # poll: any time in the period before it) cannot count the periods after it
+    placed = spread_ns < per / 2
+    k = np.where(dense & placed & (k >= 2), k, 1)
     n = k - 1
     if not bool(n.any()):
         return t_ns, power_w, spread_ns
