@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The one script to run when an NVIDIA GPU is lent for a few minutes: what does it really do?
 
-Owns the run: argparse, the time budget, the sections (environment, nvml, sensor, energy,
-cupti, overhead, attribute), each time-boxed and wrapped so that a failure records
+Owns the run: argparse, the time budget, the sections (environment, nvml, sensor, poll_grid,
+energy, cupti, overhead, attribute), each time-boxed and wrapped so that a failure records
 ``{"error": ...}`` and the run goes on, and the findings JSON, rewritten atomically after
 every section (a kill leaves the sections done so far).  ``--fake`` runs the same code against
 ppwtop's fakes (fake libnvidia-ml driven by the simulator's h200 preset, fake libcupti), which
@@ -38,7 +38,8 @@ except ImportError:  # a bare lent machine: the stdlib still writes the findings
     orjson = None  # type: ignore[assignment]
 
 SCHEMA = "ppwtop.gpu_check/1"
-SECTIONS = ("environment", "nvml", "sensor", "energy", "cupti", "overhead", "attribute")
+SECTIONS = ("environment", "nvml", "sensor", "poll_grid", "energy", "cupti", "overhead",
+            "attribute")
 RESERVE_S = 5.0  # kept back at the end for writing the JSON (at most 10 % of the budget)
 
 

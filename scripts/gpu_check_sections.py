@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gpu_check_sensor as gs
+import gpu_check_smi as smi
 import numpy as np
 import pynvml
 
@@ -201,6 +202,34 @@ def sensor(ctx: Context) -> dict[str, Any]:
                           f"{fit['rms_w']:.1f} W over {fit['readings']} readings")
     else:
         out["summary"] = f"fit failed: {fit['error']}"
+    return out
+
+
+# --- 3b. the nvidia-smi log's publish grid --------------------------------------------------
+
+
+def poll_grid(ctx: Context) -> dict[str, Any]:
+    """What ``ppwtop attribute --power smi.csv`` makes of an nvidia-smi log taken beside the
+    sensor run, against the publish times NVML reports (docs/attribution.md, "Timebase")."""
+    run = ctx.run
+    if run is None:
+        return {"skipped": "no sensor run"}
+    if run.smi_csv is None:
+        return {"skipped": f"no nvidia-smi log beside the sensor run: {run.smi_note}"}
+    from ppwtop.importers.smi_csv import load_smi_csv
+
+    t_pub, _, info = gs.readings_for_fit(run, PowerField.INSTANT)
+    stamps = str(info.get("timestamps", ""))
+    if not stamps.startswith("publication"):
+        return {"skipped": f"NVML's instant timestamps are {stamps}: no publish times"}
+    log = load_smi_csv(run.smi_csv, tz="+00:00" if ctx.fake else None)
+    out = smi.check(log, t_pub)
+    if "error" in out:
+        return out
+    out["summary"] = (f"{out['readings']} readings: publish intervals "
+                      f"{out['poll_interval_ms_median']:.1f} -> {out['narrowed_ms_median']:.1f} ms,"
+                      f" {out['publish_inside_fraction']:.1%} hold NVML's publish time; period "
+                      f"{out['grid_period_ms']:.2f} ms (NVML {out['nvml_period_ms']:.2f})")
     return out
 
 
@@ -413,6 +442,7 @@ TABLE: dict[str, tuple[Callable[[Context], dict[str, Any]], float]] = {
     "environment": (environment, 0.03),
     "nvml": (nvml, 0.06),
     "sensor": (sensor, 0.40),
+    "poll_grid": (poll_grid, 0.03),
     "energy": (energy, 0.15),
     "cupti": (cupti, 0.08),
     "overhead": (overhead, 0.12),

@@ -16,8 +16,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import gpu_check_smi as smi
 import numpy as np
 import numpy.typing as npt
 import pynvml
@@ -45,6 +47,8 @@ class Run:
     end_ns: int
     samples_buffer: dict[str, Any]
     sampler_meta: dict[str, Any]
+    smi_csv: Path | None = None  # the nvidia-smi log beside the run (gpu_check_smi)
+    smi_note: str = ""  # why there is none
 
 
 # --- schedules --------------------------------------------------------------------------------
@@ -321,6 +325,8 @@ class RealRig:
         s = NvmlSampler([self.device], poll_hz=POLL_HZ, clock_hz=5.0, samples_hz=2.0)
         s.open()
         s.start()
+        smi_path = smi.new_path()
+        log = smi.start(self.device, smi_path)
         try:
             t0 = time.time_ns()
             st, en = schedule(t0)
@@ -338,12 +344,14 @@ class RealRig:
             t1 = time.time_ns()
         finally:
             s.stop()
+            note = smi.stop(log)
         handle = s._devices[0].handle if s._devices else None
         buf = _samples_buffer(handle) if handle is not None else {"error": "no device"}
         tr = s.drain()
         meta = tr.meta.get("nvml", {})
         s.close()
-        return Run(np.array(got_s, np.int64), np.array(got_e, np.int64), tr, t0, t1, buf, meta)
+        return Run(np.array(got_s, np.int64), np.array(got_e, np.int64), tr, t0, t1, buf, meta,
+                   smi_csv=None if note else smi_path, smi_note=note)
 
 
 class FakeRig:
@@ -402,4 +410,9 @@ class FakeRig:
             tr = s.drain()
             s.close()
         keep = en <= end
-        return Run(st[keep], en[keep], tr, t0, end, buf, tr.meta.get("nvml", {}))
+        pub = tr.power.take((tr.power.field == PowerField.INSTANT) & tr.power.fresh
+                            ).sorted_by("t_ns")
+        smi_path = smi.new_path()
+        smi.write_fake(pub.t_ns, pub.power_mw, t0, end, smi_path)
+        return Run(st[keep], en[keep], tr, t0, end, buf, tr.meta.get("nvml", {}),
+                   smi_csv=smi_path)

@@ -72,6 +72,18 @@ def test_sensor_fit_recovers_fake_board(full_run: tuple[dict[str, Any], str]) ->
     assert abs(sensor["samples_buffer"]["period_ms"] - truth["period_ms"]) < 0.5
 
 
+def test_poll_grid_holds_the_fake_boards_publish_times(
+        full_run: tuple[dict[str, Any], str]) -> None:
+    """The nvidia-smi log written beside the fake run (polls every 11-14 ms, ms stamps):
+    the engine's narrowed intervals hold NVML's own publish time for every reading."""
+    grid = full_run[0]["sections"]["poll_grid"]
+    truth = full_run[0]["sections"]["sensor"]["fake_board"]
+    assert grid["readings"] > 50
+    assert grid["publish_inside_fraction"] == 1.0
+    assert grid["narrowed_ms_median"] < 0.5 * grid["poll_interval_ms_median"]
+    assert abs(grid["grid_period_ms"] - truth["period_ms"]) < 0.1
+
+
 def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) -> None:
     sec = full_run[0]["sections"]
     # the fake counter is the exact integral of true power, so it matches the schedule model
