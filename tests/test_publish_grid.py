@@ -270,10 +270,11 @@ def test_no_period_is_read_from_a_grid_the_readings_do_not_agree_on() -> None:
     assert pg.publish_period_ms(t, gap, spacing, MS) == spacing
 
 
-def test_no_repeats_are_counted_after_a_reading_whose_publish_is_unknown() -> None:
+def test_repeats_after_a_reading_whose_publish_is_unknown_are_counted_back() -> None:
     """The log's first poll shows a value published any time in the period before it: the
-    periods from there to the next change cannot be counted (one too few put every restored
-    reading half a period late, gpu_check's fake log showed)."""
+    periods from there to the next change cannot be counted forward (one too few put every
+    restored reading half a period late, gpu_check's fake log showed), only back from the
+    next change."""
     polls = np.arange(0, 1200, 12, dtype=np.int64) * MS
     t = np.array([0, 504, 600, 708], np.int64) * MS
     w = np.array([1.0, 2.0, 3.0, 4.0])
@@ -281,7 +282,10 @@ def test_no_repeats_are_counted_after_a_reading_whose_publish_is_unknown() -> No
     first = known.copy()
     first[0] = 100 * MS  # the first poll's: a whole period
     t_known, _, _ = pg.repeated_publishes(t, w, known, polls, 100.0)
-    t_first, _, _ = pg.repeated_publishes(t, w, first, polls, 100.0)
+    t_first, w_first, s_first = pg.repeated_publishes(t, w, first, polls, 100.0)
     assert int(np.count_nonzero((t_known > 0) & (t_known < 504 * MS))) == 4
-    assert int(np.count_nonzero((t_first > 0) & (t_first < 504 * MS))) == 0
-    assert len(t_first) == len(t_known) - 4
+    # counted back from the next change (504 ms, published after 492): 404, 304, 204, 104 ms
+    # are surely after the first poll; 4 ms might be the first reading itself
+    back = (t_first > 0) & (t_first < 504 * MS)
+    assert (t_first[back] // MS).tolist() == [104, 204, 304, 404]
+    assert np.all(w_first[back] == 1.0) and np.all(s_first[back] == 12 * MS)

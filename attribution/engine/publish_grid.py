@@ -173,8 +173,9 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
     two changes of value hold k − 1 unseen publishes of the earlier value (and after the last
     change, one per period up to the last poll).  Each is placed evenly between its two
     neighbours, its publish spread likewise; only where the polls in between stay under half a
-    period apart (a poll gap could hide a change of value) and the earlier reading's publish
-    is known to within half a period."""
+    period apart (a poll gap could hide a change of value).  After a reading whose publish is
+    known only to within half a period or worse (the log's first poll) they are counted back
+    from the next reading, each a period before the last, as far as that first poll."""
     if len(t_ns) < 2 or not np.isfinite(period_ms) or period_ms <= 0 or len(polls_ns) < 2:
         return t_ns, power_w, spread_ns
     per = period_ms * 1e6
@@ -188,12 +189,11 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
     k[-1] = int(np.floor(gap[-1] / per)) + 1  # after the last change: publishes up to the last poll
     dense = big[end_at] == big[at]
     # a reading whose publish is known only to within half a period or worse (the log's first
-    # poll: any time in the period before it) cannot count the periods after it
+    # poll: any time in the period before it) cannot count the periods after it: those are
+    # counted back from the next reading instead, as far as the first poll (below)
     placed = spread_ns < per / 2
     k = np.where(dense & placed & (k >= 2), k, 1)
     n = k - 1
-    if not bool(n.any()):
-        return t_ns, power_w, spread_ns
     src = np.repeat(np.arange(len(t_ns)), n)
     j = np.arange(len(src)) - np.repeat(np.cumsum(n) - n, n) + 1
     tail = src == len(t_ns) - 1
@@ -201,10 +201,23 @@ def repeated_publishes(t_ns: I64, power_w: F64, spread_ns: I64, polls_ns: I64,
     step = np.where(tail, j * per, frac * gap[src])
     s_next = np.concatenate((spread_ns[1:], spread_ns[-1:]))
     s_new = spread_ns[src] + np.where(tail, 0.0, frac * (s_next[src] - spread_ns[src]))
-    t_all = np.concatenate((t_ns, t_ns[src] + np.rint(step).astype(np.int64)))
+    t_new = t_ns[src] + np.rint(step).astype(np.int64)
+    s_new_i = np.rint(s_new).astype(np.int64)
+    back = np.flatnonzero(~placed[:-1] & placed[1:] & dense[:-1])
+    if len(back):  # publishes of the earlier value surely after the unplaced reading's poll
+        m = np.floor((t_ns[back + 1] - spread_ns[back + 1] - t_ns[back]) / per).astype(np.int64)
+        m = np.maximum(m, 0)
+        b_src = np.repeat(back, m)
+        b_j = np.arange(len(b_src)) - np.repeat(np.cumsum(m) - m, m) + 1
+        src = np.concatenate((src, b_src))
+        t_new = np.concatenate((t_new, t_ns[b_src + 1] - np.rint(b_j * per).astype(np.int64)))
+        s_new_i = np.concatenate((s_new_i, spread_ns[b_src + 1]))
+    if not len(src):
+        return t_ns, power_w, spread_ns
+    t_all = np.concatenate((t_ns, t_new))
     order = np.argsort(t_all, kind="stable")
     return (t_all[order], np.concatenate((power_w, power_w[src]))[order],
-            np.concatenate((spread_ns, np.rint(s_new).astype(np.int64)))[order])
+            np.concatenate((spread_ns, s_new_i))[order])
 
 
 def poll_stamped(t_ns: I64, power_w: F64, polls_ns: I64, period_ms: float, *,
