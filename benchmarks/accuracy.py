@@ -30,7 +30,6 @@ import datetime
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attribution.engine import attribute
-from attribution.model import PowerField, Trace
+from attribution.model import PowerField
 from attribution.sim import SCENARIOS, simulate
 from benchmarks.accuracy_real import real_rows
 from benchmarks.naive import naive_split
-from ppwtop.cli.attribute import merge_power
-from ppwtop.importers import load_power, load_trace
-from ppwtop.sim_io import write_kineto, write_smi_csv
+from ppwtop.sim_io import through_files
 
 GPUS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
 QUICK_SCENARIOS = ("varied_mix", "fixed_mix", "two_streams", "average_only")
@@ -58,18 +55,6 @@ DEFAULT_DATA = Path("/work/shared/data/real")
 
 def _covers(ci: tuple[float, float], x: float) -> bool:
     return bool(ci[0] - 1e-9 <= x <= ci[1] + 1e-9)
-
-
-def through_files(trace: Trace) -> Trace:
-    """The trace as ``ppwtop attribute`` sees it: written as Kineto JSON + nvidia-smi CSV
-    (``ppwtop simulate``'s writers), read back by the importers and merged as the command
-    merges them."""
-    with tempfile.TemporaryDirectory() as d:
-        tp, pp = Path(d) / "trace.json.gz", Path(d) / "power.csv"
-        write_kineto(trace, tp)
-        write_smi_csv(trace, pp)
-        merged, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
-    return merged
 
 
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,

@@ -3,12 +3,15 @@
 Owns ``write_kineto`` (PyTorch-profiler/Kineto Chrome-trace JSON.gz, modern schema:
 ``baseTimeNanoseconds`` with float-µs ``ts`` relative to it), ``write_smi_csv`` (nvidia-smi
 ``--query-gpu=... --format=csv -lms 10`` output with local-time stamps) and ``write_truth``
-(the ground truth as orjson).  Used by ``ppwtop simulate``; reads nothing.
+(the ground truth as orjson), used by ``ppwtop simulate``; and ``through_files``, a trace
+written by those writers and read back as ``ppwtop attribute --trace … --power …`` reads it
+(the accuracy benchmark's ``--files`` and the tests of the poll-stamped path).
 """
 
 from __future__ import annotations
 
 import gzip
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -170,3 +173,17 @@ def write_all(res: SimResult, out_dir: Path) -> list[Path]:
     write_smi_csv(res.trace, paths[1])
     write_truth(res.truth, paths[2])
     return paths
+
+
+def through_files(trace: Trace) -> Trace:
+    """``trace`` written as Kineto JSON + nvidia-smi CSV and read back by the importers,
+    merged as ``ppwtop attribute`` merges a power log (poll-stamped readings, ms stamps)."""
+    from ppwtop.cli.attribute import merge_power
+    from ppwtop.importers import load_power, load_trace
+
+    with tempfile.TemporaryDirectory() as d:
+        tp, pp = Path(d) / "trace.json.gz", Path(d) / "power.csv"
+        write_kineto(trace, tp)
+        write_smi_csv(trace, pp)
+        merged, _ = merge_power(load_trace(tp), load_power(pp), str(pp))
+    return merged

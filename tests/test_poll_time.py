@@ -25,7 +25,7 @@ from attribution.sim import simulate
 from attribution.sim.truth import Truth
 from attribution.snapshot import Snapshot
 from ppwtop.importers import load_power
-from tests.files_path import through_files
+from ppwtop.sim_io import through_files
 from tests.test_import_smi_csv import RUN_3090
 
 MS = 1_000_000

@@ -3,6 +3,7 @@ and readings a change-of-value log hides are restored (publish_grid.repeated_pub
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from attribution.engine.timebase import Readings, fit_lag, readings_for
 from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerBatch, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset
 from attribution.sim import simulate
-from tests.files_path import through_files
+from ppwtop.sim_io import through_files
 
 MS = 1_000_000
 
@@ -36,6 +37,12 @@ def _polled(period_ms: float, jitter_ms: float, poll_ms: tuple[float, float], se
     stamps = polls // MS * MS
     t = stamps[new]
     return t, pg.publish_spread(stamps, t, period_ms), pub[shown[new]]
+
+
+def _unknown_board(trace: Trace) -> Trace:
+    """The trace with every device under a name no preset knows."""
+    return dataclasses.replace(trace, devices=[dataclasses.replace(d, name="Mystery GPU")
+                                               for d in trace.devices])
 
 
 def _inside(t: np.ndarray, spread: np.ndarray, truth: np.ndarray) -> float:
@@ -202,7 +209,7 @@ def test_an_unknown_boards_window_is_fitted_over_the_publish_spread() -> None:
     """With no preset, the engine picks W among T/4, T/2, T at each one's best lag: for a
     poll-stamped log it models each reading over its publish interval there too."""
     res = simulate(scenario="demo", gpu="a100", seconds=8.0, seed=2)
-    trace = through_files(res.trace, device_name="Mystery GPU")
+    trace = _unknown_board(through_files(res.trace))
     spreads: list[object] = []
     real = fit_lag
 
@@ -254,7 +261,7 @@ def test_an_unknown_boards_csv_gets_its_sensor_period_and_window() -> None:
     nvidia-smi CSV: the period measured from the spacing read 24 ms, the window fit then
     chose 12 ms and the classes were 9.9 % off (with the board known: 2.0 %)."""
     res = simulate(scenario="varied_mix", gpu="v100", seconds=30.0, seed=7)
-    trace = through_files(res.trace, device_name="Mystery GPU")
+    trace = _unknown_board(through_files(res.trace))
     sensor = attribute(trace, n_boot=10).gpus[0].sensor
     assert sensor.period_ms == pytest.approx(20.0, abs=0.2)
     assert sensor.window_ms == pytest.approx(10.0, abs=0.2)
