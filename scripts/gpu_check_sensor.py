@@ -345,6 +345,8 @@ class RealRig:
         finally:
             s.stop()
             note = smi.stop(log)
+            if note:
+                smi_path.unlink(missing_ok=True)
         handle = s._devices[0].handle if s._devices else None
         buf = _samples_buffer(handle) if handle is not None else {"error": "no device"}
         tr = s.drain()

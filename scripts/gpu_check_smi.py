@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from attribution.engine.publish_grid import publish_spread
 from attribution.engine.timebase import readings_for
-from attribution.model import POLL_TIME, POLL_TIME_KEY, PowerField, Trace
+from attribution.model import PowerField, Trace
 
 I64 = npt.NDArray[np.int64]
 QUERY = "timestamp,power.draw.instant"
@@ -89,13 +89,13 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     restored, intervals narrowed by the grid) against NVML's publish times: for each reading,
     the latest NVML publish at or before its poll (stamps are truncated: up to 1 ms later)
     should lie inside ``[t − spread, t + 1 ms]``."""
-    if log.meta.get(POLL_TIME_KEY) != POLL_TIME:
-        log.meta[POLL_TIME_KEY] = POLL_TIME
     p = log.power
     devs = np.unique(p.device)
     dev = int(devs[0]) if len(devs) else 0
     rd = readings_for(log, dev)
-    if rd.spread_ns is None or len(rd.t_ns) < 8 or len(nvml_publish_ns) < 8:
+    if rd.spread_ns is None:
+        return {"error": "the log is not marked poll-stamped (the CSV importer marks it)"}
+    if len(rd.t_ns) < 8 or len(nvml_publish_ns) < 8:
         return {"error": f"too few readings ({len(rd.t_ns)} in the log, "
                          f"{len(nvml_publish_ns)} from NVML)"}
     m = (p.field == int(PowerField.INSTANT)) & (p.device == dev)

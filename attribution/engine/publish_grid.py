@@ -33,6 +33,7 @@ jitters more shows as readings whose own interval misses the bound, see ``narrow
 GRID_MIN_AGREEING = 0.75
 """Fraction of readings whose neighbourhood must agree on one grid for the grid to be used."""
 GRID_MIN_READINGS = 4 * GRID_NEIGHBOURS
+"""Fewer readings than this: no grid (the neighbourhoods would be most of the log)."""
 SLOW_POLLS = 1.5
 """Readings spaced more than this many sensor periods apart come from a log polling more
 slowly than the sensor publishes."""
