@@ -26,6 +26,7 @@ Prints a table and writes ``benchmarks/accuracy_results.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import platform
 import subprocess
@@ -58,9 +59,12 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
 
 
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
-            workload_seed: int | None = None, *, files: bool = False) -> dict[str, Any]:
+            workload_seed: int | None = None, *, files: bool = False,
+            locked_polls: bool = False) -> dict[str, Any]:
+    spec = (dataclasses.replace(SCENARIOS[scenario], locked_polls=True) if locked_polls
+            else None)
     res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
-                   workload_seed=workload_seed)
+                   workload_seed=workload_seed, spec=spec)
     truth, trace = res.truth, res.trace
     if files:
         trace = through_files(trace)
@@ -235,9 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", action="store_true",
                     help="through the files: Kineto JSON + nvidia-smi CSV written and read "
                          "back, as `ppwtop attribute` reads them (no real rows)")
+    ap.add_argument("--locked-polls", action="store_true",
+                    help="with --files: nvidia-smi's polls in step with the sensor's publishes "
+                         "(as in the real A100 and V100 logs) instead of free-running")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).resolve().parent / "accuracy_results.json")
     a = ap.parse_args(argv)
+    if a.locked_polls and not a.files:
+        ap.error("--locked-polls needs --files (the polls are what the CSV is written from)")
     seconds = a.seconds if a.seconds is not None else (20.0 if a.quick else 60.0)
     scen = QUICK_SCENARIOS if a.quick else tuple(SCENARIOS)
     gpus = QUICK_GPUS if a.quick else GPUS
@@ -245,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s in scen:
         for g in gpus:
-            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed, files=a.files))
+            rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed, files=a.files,
+                                locked_polls=a.locked_polls))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python", "benchmarks/accuracy.py", *(argv or sys.argv[1:])]),
         "engine_version": _git_state(),
         "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
-        "through_files": a.files,
+        "through_files": a.files, "locked_polls": a.locked_polls,
         "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }

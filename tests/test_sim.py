@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -243,6 +244,37 @@ def test_average_only_publishes_only_the_average() -> None:
     res = simulate("average_only", "a100", 3.0, seed=0)
     assert set(np.unique(res.trace.power.field).tolist()) == {int(PowerField.AVERAGE)}
     assert res.truth.sensors["average"]["window_ms"] == 1000
+
+
+def _change_phase_iqr_ms(res: SimResult) -> float:
+    """IQR of the delay from each publish of the instant field to the first poll after it."""
+    p = res.trace.power
+    m = p.field == int(PowerField.INSTANT)
+    fresh_t = p.t_ns[m & p.fresh]
+    polls = np.sort(p.t_ns[m & ~p.fresh])
+    at = np.searchsorted(polls, fresh_t)  # the first poll at or after each publish
+    at = at[at < len(polls)]
+    phase = (polls[at] - fresh_t[:len(at)]) / 1e6
+    q75, q25 = np.percentile(phase, [75, 25])
+    return float(q75 - q25)
+
+
+@pytest.mark.parametrize("gpu", ["a100", "v100"])
+def test_locked_polls_show_each_new_value_at_one_phase(gpu: str) -> None:
+    """``locked_polls``: the poll loop keeps the sensor's period (the real A100 and V100
+    logs), so the poll first showing a new value comes at about one delay after its publish
+    (free polls: anywhere in the poll gap); the workload, the truth and the energy counter
+    are the free run's."""
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], locked_polls=True)
+    free = simulate("varied_mix", gpu, SECONDS, seed=3)
+    locked = simulate("varied_mix", gpu, SECONDS, seed=3, spec=spec)
+    assert _change_phase_iqr_ms(free) > 4.0
+    assert _change_phase_iqr_ms(locked) < 2.5
+    assert np.array_equal(free.trace.kernels.start_ns, locked.trace.kernels.start_ns)
+    assert np.array_equal(free.trace.energy.energy_mj, locked.trace.energy.energy_mj)
+    assert free.truth.class_dynamic_j == locked.truth.class_dynamic_j
+    gaps = np.diff(np.unique(locked.trace.power.t_ns[~locked.trace.power.fresh])) / 1e6
+    assert 9.0 < float(np.median(gaps)) < 14.0  # ~12.5 ms (10 ms at a V100's 20 ms)
 
 
 @pytest.mark.parametrize("gpu", list(PRESETS))

@@ -76,6 +76,7 @@ class ScenarioSpec:
     step_period_ms: float = 0.0  # > 0: steps start on a fixed period (phase-locked)
     lag_ms: float | None = None  # sensor lag override
     average_only: bool = False  # only the 1 s average field is published
+    locked_polls: bool = False  # nvidia-smi's polls run in step with the sensor's publishes
     default_gpu: str = "a100"
 
 

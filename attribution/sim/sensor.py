@@ -63,8 +63,11 @@ def _mw(values_w: F64, gain: float) -> I64:
 
 
 def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, int],
-          rng: np.random.Generator) -> tuple[PowerBatch, EnergyBatch]:
-    """Published readings (fresh) + a poll stream (fresh=False), and the energy counter."""
+          rng: np.random.Generator, *, locked_polls: bool = False
+          ) -> tuple[PowerBatch, EnergyBatch]:
+    """Published readings (fresh) + a poll stream (fresh=False), and the energy counter.
+    ``locked_polls``: the poll stream runs in step with the fastest field's publishes
+    (:func:`locked_poll_times`) instead of free."""
     cum = cumulative_j(power_w)
     a, b = span
     parts: list[PowerBatch] = []
@@ -85,6 +88,10 @@ def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, i
     # nvidia-smi at -lms 10: each poll shows the latest reading of every field
     steps = POLL_MS * MS + rng.uniform(1.0, 4.0, int((b - a) / (POLL_MS * MS)) + 1) * MS
     polls = (a + 0.3e9 + np.cumsum(steps)).astype(np.int64)
+    if locked_polls:
+        fast = min(sm.period_ms for sm in setup_.fields.values())
+        polls = locked_poll_times(a + setup_.phase_ns, fast, int(polls[0]), b,
+                                  np.random.default_rng(setup_.phase_ns))
     polls = polls[polls < b]
     for p in list(parts):
         idx = np.searchsorted(p.t_ns, polls, side="right") - 1
@@ -102,6 +109,42 @@ def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, i
         "t_ns": te, "energy_mj": e0 + np.floor(ej * setup_.gain * 1000.0).astype(np.int64),
         "device": np.zeros(len(te))})
     return power, energy
+
+
+LOCKED_POLL_MS = 12.5
+"""Poll spacing aimed at by a locked poll loop (the real A100 log: 8 polls per 101 ms)."""
+LOCKED_WANDER_MS = (1.5, 5.0)
+"""(sd, correlation time s) of the locked polls' slow phase wander against the publishes
+(the real A100 log: the new value's poll within about ±3 ms of one phase for minutes)."""
+LOCKED_JITTER_MS = 0.3
+"""Each locked poll's own timing jitter (the real A100 log's stamp scatter, IQR 0.9 ms,
+includes the stamps' ms truncation)."""
+
+
+def locked_poll_times(grid0_ns: int, period_ms: float, first_ns: int, end_ns: int,
+                      rng: np.random.Generator) -> I64:
+    """nvidia-smi polls in step with a sensor publishing every ``period_ms`` from
+    ``grid0_ns`` (seen in the real A100 and V100 logs in ../shared: the poll loop keeps the
+    sensor's period, so each new value is first shown by the poll at about the same phase
+    after its publish, for tens to thousands of readings): ``round(period / 12.5 ms)`` polls
+    per period at even spacing, at a phase that wanders slowly (an Ornstein-Uhlenbeck
+    process, ``LOCKED_WANDER_MS``) plus per-poll jitter, from ``first_ns`` to ``end_ns``."""
+    per_ns = period_ms * MS
+    k = max(1, round(period_ms / LOCKED_POLL_MS))
+    j0 = int(np.floor((first_ns - grid0_ns) / per_ns))
+    n_per = max(int(np.ceil((end_ns - grid0_ns) / per_ns)) - j0 + 1, 1)
+    sd_ms, tau_s = LOCKED_WANDER_MS
+    a = float(np.exp(-period_ms * 1e-3 / tau_s))
+    shocks = rng.normal(0.0, sd_ms * np.sqrt(1.0 - a * a), n_per)
+    shocks[0] = rng.normal(0.0, sd_ms)
+    wander_ms = lfilter([1.0], [1.0, -a], shocks)
+    phase0_ms = rng.uniform(0.0, period_ms / k)
+    j = j0 + np.arange(n_per)
+    base = grid0_ns + j * per_ns + (phase0_ms + wander_ms) * MS
+    t = (base[:, None] + np.arange(k)[None, :] * (per_ns / k)).reshape(-1)
+    t = t + rng.normal(0.0, LOCKED_JITTER_MS * MS, len(t))
+    t = np.sort(np.rint(t).astype(np.int64))
+    return t[(t >= first_ns) & (t < end_ns)]
 
 
 def clocks(preset: GpuPreset, power_w: F64, grid_t0_ns: int, span: tuple[int, int], *,
