@@ -31,15 +31,6 @@ GRID_MARGIN_MS = 0.5
 """Widening of the neighbours' bound, either side: the sensor's publish jitter and the drift
 over the neighbourhood (the simulator's 0.2 ms jitter: every publish inside; a sensor that
 jitters more shows as readings whose own interval misses the bound, see ``narrow``)."""
-GRID_SCALES = ((GRID_NEIGHBOURS, GRID_MARGIN_MS), (32, 1.0), (128, 2.0))
-"""(readings either side, margin ms) of the bounds tried in turn for a reading the nearer
-ones leave wide: polls locked to the sensor (the real A100 and V100 logs) show each new value
-at about the same phase of the poll gap for tens of readings, so near neighbours all agree
-on the reading's own interval; only a wider neighbourhood, over which that phase has
-wandered, narrows it.  The margin grows with the span for the drift of the measured period
-over it."""
-WIDE_AFTER = 0.5
-"""A narrowed interval over this share of its own is tried against the wider scales."""
 GRID_MIN_AGREEING = 0.75
 """Fraction of readings whose neighbourhood must agree on one grid for the grid to be used."""
 GRID_MIN_READINGS = 4 * GRID_NEIGHBOURS
@@ -50,14 +41,11 @@ slowly than the sensor publishes."""
 PERIOD_SCAN = (0.4, 1.4, 0.02)
 """Candidate publish periods, as (start, stop, step) multiples of the readings' median
 spacing; the step only has to count whole periods right (the grid measures T itself)."""
-POLL_PERIOD_GUARD = 1.05
-"""A grid whose measured period is within this factor of the median poll gap is the polls'
-(a poll loop locked to the sensor puts every stamp on one), not a sensor's: a sensor that
-fast is not seen by the log at all."""
 SUBMULTIPLE_EVEN = 0.75
 """A grid whose readings are this often an even number of its periods apart is half the
-sensor's (it agrees with at least as many readings as the sensor's own; the real RTX 4090
-transient log, with a few readings between its 100 ms publishes, agreed better at 50 ms)."""
+sensor's (it agrees with at least as many readings as the sensor's own; the real RTX A5000
+transient log's instant field, with a few readings between its 100 ms publishes, read
+49.98 ms)."""
 PERIOD_READINGS = 1024
 """Readings the period is judged on (the first ones)."""
 GRID_SPAN = 50
@@ -93,26 +81,6 @@ def _either_side(x: F64, half: int, how: str) -> F64:
     return out
 
 
-def grid_index(mid_ns: F64, period_ns: float) -> I64:
-    """Whole periods since the first reading, counted against the grid rather than from one
-    reading to the next: each reading's interval midpoint (``mid_ns``) is placed in the
-    period its neighbours' phase says (the circular mean of the ``GRID_NEIGHBOURS`` either
-    side, unwrapped along the log so that a slightly wrong period drifts instead of
-    wrapping).  Counting each spacing alone (``period_index``) miscounts where readings'
-    offsets from their publishes differ by half a period (a V100's 20 ms against 10–14 ms
-    polls, polls locked to the sensor: a new value first shown by one poll or the next);
-    against the grid only a midpoint half a period off its own publish is."""
-    x = mid_ns - mid_ns[0]
-    angle = (2.0 * np.pi / period_ns) * np.mod(x, period_ns)
-    ones = np.ones(2 * GRID_NEIGHBOURS + 1)
-    c = np.convolve(np.cos(angle), ones, mode="same")
-    s = np.convolve(np.sin(angle), ones, mode="same")
-    phase = np.unwrap(np.arctan2(s, c)) * (period_ns / (2.0 * np.pi))
-    n = np.rint((x - phase) / period_ns)
-    steps = np.maximum(np.diff(n), 1.0)  # distinct readings: distinct publishes
-    return np.concatenate(([0], np.cumsum(steps))).astype(np.int64)
-
-
 def grid_period_ns(mid_ns: F64, n: F64) -> float:
     """The publish period on the host's clock: the median slope of the intervals' midpoints
     over ``GRID_SPAN`` readings (robust to a miscounted gap, unlike one straight-line fit)."""
@@ -143,40 +111,27 @@ def narrow(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
     return new_t, np.maximum(new_spread, 0), share
 
 
-def _grid_bounds(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int, *,
-                 wide: bool = True) -> tuple[F64, F64, B, float, F64] | None:
+def _grid_bounds(t_ns: I64, spread_ns: I64, period_ms: float, resolution_ns: int
+                 ) -> tuple[F64, F64, B, float, I64] | None:
     """Each reading's publish interval cut to its neighbours' bound (``narrow``): the lower
-    and upper ends, whether the two met at the first of ``GRID_SCALES`` (where not, the ends
-    cross), the grid's period (ns; ``period_ms`` only counts the periods between readings)
-    and each reading's period count.  ``wide``: a reading the first scale left at more than
-    ``WIDE_AFTER`` of its own interval takes the bound of the first wider scale that narrows
-    it further, where that scale's bound meets its interval and at least
-    ``GRID_MIN_AGREEING`` of all the readings' intervals meet theirs."""
+    and upper ends, whether the two met (where not, the ends cross), the grid's period (ns;
+    ``period_ms`` only counts the periods between readings) and each reading's period
+    count."""
     if len(t_ns) < GRID_MIN_READINGS or not np.isfinite(period_ms) or period_ms <= 0:
         return None
     lo = (t_ns - spread_ns).astype(np.float64)
     hi = t_ns.astype(np.float64) + (resolution_ns if resolution_ns > 1 else 0)  # truncated stamps
+    n_i = period_index(t_ns, period_ms * 1e6)
+    n = n_i.astype(np.float64)
     mid = 0.5 * (lo + hi)
-    n = grid_index(mid, period_ms * 1e6).astype(np.float64)
     per = grid_period_ns(mid, n)
     base = per * n
     base += float(np.median(mid - base))
-    new_lo = new_hi = agree = None
-    for half, margin_ms in GRID_SCALES if wide else GRID_SCALES[:1]:
-        margin = margin_ms * 1e6
-        s_lo = np.maximum(_either_side(lo - base, half, "max") + base - margin, lo)
-        s_hi = np.minimum(_either_side(hi - base, half, "min") + base + margin, hi)
-        if new_lo is None or new_hi is None or agree is None:
-            new_lo, new_hi, agree = s_lo, s_hi, s_lo <= s_hi
-            continue
-        meets = s_lo <= s_hi
-        if float(np.mean(meets)) < GRID_MIN_AGREEING:
-            break  # the grid does not hold this far: no wider scale either
-        take = (agree & meets & (new_hi - new_lo > WIDE_AFTER * (hi - lo))
-                & (s_hi - s_lo < new_hi - new_lo))
-        new_lo, new_hi = np.where(take, s_lo, new_lo), np.where(take, s_hi, new_hi)
-    assert new_lo is not None and new_hi is not None and agree is not None
-    return new_lo, new_hi, agree, per, n
+    margin = GRID_MARGIN_MS * 1e6
+    g_lo = _either_side(lo - base, GRID_NEIGHBOURS, "max") + base - margin
+    g_hi = _either_side(hi - base, GRID_NEIGHBOURS, "min") + base + margin
+    new_lo, new_hi = np.maximum(g_lo, lo), np.minimum(g_hi, hi)
+    return new_lo, new_hi, new_lo <= new_hi, per, n_i
 
 
 def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: int) -> float:
@@ -189,8 +144,8 @@ def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: 
     ``GRID_MIN_AGREEING``) times how much of a period the narrowed intervals leave open (the
     poll period leaves all of it, a wrong period no agreement); candidates ``PERIOD_SCAN`` ×
     the spacing count the periods between readings, and the best grid's own measured period
-    is returned.  Not candidates: a grid at the polls' own period (``POLL_PERIOD_GUARD``)
-    and one with readings mostly on every other slot (``SUBMULTIPLE_EVEN``)."""
+    is returned.  Not a candidate: a grid with readings mostly on every other slot
+    (``SUBMULTIPLE_EVEN``)."""
     if len(t_ns) < GRID_MIN_READINGS or not np.isfinite(spacing_ms) or spacing_ms <= 0:
         return spacing_ms
     t_k, g_k = t_ns[:PERIOD_READINGS], gap_ns[:PERIOD_READINGS]
@@ -199,19 +154,15 @@ def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: 
     for cand in np.arange(*PERIOD_SCAN) * spacing_ms:
         if cand <= poll_ms:  # a sensor publishing faster than the log polls: not seen
             continue
-        got = _grid_bounds(t_k, np.minimum(g_k, int(cand * 1e6)), float(cand), resolution_ns,
-                           wide=False)
+        got = _grid_bounds(t_k, np.minimum(g_k, int(cand * 1e6)), float(cand), resolution_ns)
         if got is None:
             continue
         lo, hi, agree, per, n = got
         share = float(np.mean(agree))
         if not per > 0 or share < GRID_MIN_AGREEING:  # a grid narrow() would not use
             continue
-        if per <= POLL_PERIOD_GUARD * poll_ms * 1e6:
-            continue  # the polls' own grid (locked polls sit on it), not the sensor's
         if float(np.mean(np.diff(n) % 2 == 0)) >= SUBMULTIPLE_EVEN:
             continue  # readings on every other slot: half the sensor's period
-
         width = np.where(agree, hi - lo, per)
         score = share * (1.0 - min(float(np.median(width)) / per, 1.0))
         if score > best_score + 1e-9:
