@@ -16,11 +16,15 @@ the engine attributes the trace; against the simulator's truth this measures
 Then the real-meter rows (``benchmarks/accuracy_real.py``), skipped when /work/shared is absent.
 ``--files`` runs the suite through the user's path instead: each simulated trace written as
 Kineto JSON + nvidia-smi CSV and read back by the importers (poll-stamped readings, ms
-timestamps), as ``ppwtop attribute`` sees it.  Run from the repository root::
+timestamps), as ``ppwtop attribute`` sees it; ``--files --locked-polls`` with nvidia-smi's
+polls in step with the sensor (the simulator's ``locked_polls``, as in the real A100 200 s
+and V100 logs).  Run from the repository root::
 
-    python benchmarks/accuracy.py [--seconds 60] [--quick] [--files] [--data DIR] [--out FILE]
+    python benchmarks/accuracy.py [--seconds 60] [--quick] [--files [--locked-polls]]
+                                  [--data DIR] [--out FILE]
 
-Prints a table and writes ``benchmarks/accuracy_results.json``.
+Prints a table and writes ``benchmarks/accuracy_results.json`` (``--files``:
+``accuracy_files_results.json``; with ``--locked-polls``: ``accuracy_files_locked_results.json``).
 """
 
 from __future__ import annotations
@@ -242,11 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locked-polls", action="store_true",
                     help="with --files: nvidia-smi's polls in step with the sensor's publishes "
                          "(as in the real A100 and V100 logs) instead of free-running")
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).resolve().parent / "accuracy_results.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: accuracy_results.json, accuracy_files_results.json or "
+                         "accuracy_files_locked_results.json beside this script")
     a = ap.parse_args(argv)
     if a.locked_polls and not a.files:
         ap.error("--locked-polls needs --files (the polls are what the CSV is written from)")
+    if a.out is None:
+        name = ("accuracy_files_locked_results.json" if a.locked_polls else
+                "accuracy_files_results.json" if a.files else "accuracy_results.json")
+        a.out = Path(__file__).resolve().parent / name
     seconds = a.seconds if a.seconds is not None else (20.0 if a.quick else 60.0)
     scen = QUICK_SCENARIOS if a.quick else tuple(SCENARIOS)
     gpus = QUICK_GPUS if a.quick else GPUS
