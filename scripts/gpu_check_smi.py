@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from attribution.engine.publish_grid import publish_spread
+from attribution.engine.publish_grid import LOCKED_POLLS, publish_spread
 from attribution.engine.timebase import readings_for
 from attribution.model import PowerField, Trace
 
@@ -108,7 +108,23 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     shown = pub[np.clip(np.searchsorted(pub, t + MS, side="right") - 1, 0, None)]
     inside = (t - s <= shown) & (shown <= t + MS)
     miss = np.maximum(t - s - shown, shown - t - MS)[~inside]
+    # the truth the simulator's locked polls lack (docs/accuracy.md, "Locked polls"): where in
+    # each poll interval the publish sat (0: at the previous poll, 1: at the stamp) and how
+    # long after its publish each new value was stamped
+    own = publish_spread(polls, fresh, float(np.median(np.diff(fresh)) / 1e6))
+    fresh_in = (fresh > pub[0] + 200 * MS) & (fresh < pub[-1])
+    f_t, f_s = fresh[fresh_in], np.maximum(own[fresh_in], 1)
+    f_pub = pub[np.clip(np.searchsorted(pub, f_t + MS, side="right") - 1, 0, None)]
+    delay_ms = (f_t - f_pub) / 1e6
+    position = (f_pub - (f_t - f_s)) / f_s
     return {
+        "poll_lock": rd.poll_lock,
+        "polls_locked": (bool(rd.poll_lock < LOCKED_POLLS) if rd.poll_lock is not None
+                         and np.isfinite(rd.poll_lock) else None),
+        "stamp_delay_ms_quartiles": ([float(q) for q in np.percentile(delay_ms, [25, 50, 75])]
+                                     if len(delay_ms) else None),
+        "publish_position_quartiles": ([float(q) for q in np.percentile(position, [25, 50, 75])]
+                                       if len(position) else None),
         "readings": len(t),
         "poll_interval_ms_median": float(np.median(raw)) / 1e6,
         "narrowed_ms_median": float(np.median(s)) / 1e6 if len(s) else None,

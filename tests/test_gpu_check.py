@@ -14,6 +14,8 @@ import numpy as np
 import orjson
 import pytest
 
+from attribution.engine.publish_grid import LOCKED_POLLS
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 SECTIONS = ("environment", "nvml", "sensor", "poll_grid", "energy", "cupti", "overhead",
@@ -82,6 +84,12 @@ def test_poll_grid_holds_the_fake_boards_publish_times(
     assert grid["publish_inside_fraction"] == 1.0
     assert grid["narrowed_ms_median"] < 0.5 * grid["poll_interval_ms_median"]
     assert abs(grid["grid_period_ms"] - truth["period_ms"]) < 0.1
+    # the fake driver's polls run free: told so, each publish anywhere in its poll interval
+    assert grid["polls_locked"] is False and grid["poll_lock"] > LOCKED_POLLS
+    q25, _, q75 = grid["publish_position_quartiles"]
+    assert 0.0 <= q25 < 0.4 and 0.6 < q75 <= 1.0
+    d25, _, d75 = grid["stamp_delay_ms_quartiles"]
+    assert d25 >= 0.0 and d75 - d25 > 3.0  # free polls: the delay spreads over the poll gap
 
 
 def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) -> None:

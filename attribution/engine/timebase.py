@@ -52,6 +52,9 @@ class Readings:
     """Poll-timestamped readings (``POLL_TIME``): how long before ``t_ns`` the reading may
     have been published (since the previous poll of the field, at most a period, narrowed by
     the publish grid: ``publish_grid``); None when the timestamps are the sensor's own."""
+    poll_lock: float | None = None
+    """Poll-timestamped readings: how locked the log's polls are to the sensor
+    (``publish_grid.poll_phase_scatter``; under ``LOCKED_POLLS``: locked)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,10 +96,13 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
         if trace.meta.get(POLL_TIME_KEY) != POLL_TIME or not len(t):
             return Readings(f, t, w, period, None)
         hidden = not bool(np.all(fresh[m]))
+        polls = np.sort(p.t_ns[m])
+        stamps = t
         t, w, spread, period = publish_grid.poll_stamped(
-            t, w, np.sort(p.t_ns[m]), period, hidden_repeats=hidden,
+            t, w, polls, period, hidden_repeats=hidden,
             sensor_period_ms=_preset_period(preset, f))
-        return Readings(f, t, w, period, spread)
+        return Readings(f, t, w, period, spread,
+                        publish_grid.poll_phase_scatter(stamps, polls, period))
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
 
