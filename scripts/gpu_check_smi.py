@@ -111,9 +111,8 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     # the truth the simulator's locked polls lack (docs/accuracy.md, "Locked polls"): where in
     # each poll interval the publish sat (0: at the previous poll, 1: at the stamp) and how
     # long after its publish each new value was stamped
-    own = publish_spread(polls, fresh, float(np.median(np.diff(fresh)) / 1e6))
     fresh_in = (fresh > pub[0] + 200 * MS) & (fresh < pub[-1])
-    f_t, f_s = fresh[fresh_in], np.maximum(own[fresh_in], 1)
+    f_t, f_s = fresh[fresh_in], np.maximum(raw[fresh_in], 1)
     f_pub = pub[np.clip(np.searchsorted(pub, f_t + MS, side="right") - 1, 0, None)]
     delay_ms = (f_t - f_pub) / 1e6
     position = (f_pub - (f_t - f_s)) / f_s

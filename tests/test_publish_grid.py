@@ -392,3 +392,11 @@ def test_a_log_whose_polls_keep_the_sensors_period_is_told_and_warned_of(gpu: st
                    for w in attribute(trace, n_boot=5).warnings)
 
     assert warned(locked) and not warned(free)
+
+
+def test_a_log_polled_no_faster_than_the_sensor_has_no_poll_phase_to_keep() -> None:
+    """``nvidia-smi -l 1``: every poll a new value, its stamps on its own 1 s grid (scatter
+    ~0.005 of the gap): not a locked log."""
+    polls = np.arange(0, 60_000, 1000, dtype=np.int64) * MS + np.arange(60) % 7 * MS
+    assert np.isnan(pg.poll_phase_scatter(polls, polls, 1000.0))
+    assert np.isnan(pg.poll_phase_scatter(polls, polls, 100.0 * pg.SLOW_POLLS))

@@ -182,9 +182,14 @@ def poll_phase_scatter(t_ns: I64, polls_ns: I64, period_ms: float) -> float:
     their running phase on the publish grid (``PHASE_RUN`` readings), over the median poll
     gap; NaN for too few readings.  Polls running free show a new value anywhere in the poll
     gap after its publish (≈ 0.3-0.5); polls that keep the sensor's period show it at one
-    phase (under ``LOCKED_POLLS``)."""
+    phase (under ``LOCKED_POLLS``).  A log polling no faster than 1.5 polls per period
+    (``nvidia-smi -l 1``: every poll a new value, its stamps on its own poll grid) has no
+    phase to keep: NaN."""
     if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
             or period_ms <= 0:
+        return float("nan")
+    gap = float(np.median(np.diff(polls_ns)))
+    if not 0 < gap <= period_ms * 1e6 / SLOW_POLLS:
         return float("nan")
     n = period_index(t_ns, period_ms * 1e6)
     phase = (t_ns - t_ns[0]).astype(np.float64) - n * (period_ms * 1e6)
@@ -192,8 +197,7 @@ def poll_phase_scatter(t_ns: I64, polls_ns: I64, period_ms: float) -> float:
     padded = np.pad(phase, (half, half), mode="edge")
     run = np.median(np.lib.stride_tricks.sliding_window_view(padded, PHASE_RUN), axis=1)
     q25, q75 = np.percentile(phase - run, [25, 75])
-    gap = float(np.median(np.diff(polls_ns)))
-    return float((q75 - q25) / gap) if gap > 0 else float("nan")
+    return float((q75 - q25) / gap)
 
 
 def publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
