@@ -330,8 +330,8 @@ def test_locked_polls_whose_phase_wanders_keep_every_publish_inside(period_ms: f
 
 
 def test_the_publish_period_of_a_locked_log_is_not_its_poll_period() -> None:
-    """Locked 10 ms polls put every stamp on a 10 ms grid that every reading agrees with; the
-    sensor's 20 ms is the grid that is not the polls' own."""
+    """Locked 10 ms polls put every stamp on the polls' own 10 ms grid; the period measured
+    is still the sensor's 20 ms (a grid counted at the polls' period narrows nothing)."""
     res = simulate(scenario="varied_mix", gpu="v100", seconds=30.0, seed=7,
                    spec=dataclasses.replace(SCENARIOS["varied_mix"], locked_polls=True))
     rd = readings_for(through_files(res.trace), 0, get_preset("v100"))
@@ -363,8 +363,9 @@ def test_either_side_is_the_extreme_of_the_neighbours_without_the_value_itself()
 
 def test_a_few_readings_between_publishes_do_not_halve_the_period() -> None:
     """A half-period grid agrees with every reading a period grid agrees with, and also with
-    readings half-way between publishes (the real RTX 4090 and A5000 transient logs have a
-    few); its readings are then mostly two of its periods apart, which says it is half."""
+    readings half-way between publishes (the real RTX A5000 transient log has a few: its
+    instant field read 49.98 ms); its readings are then mostly two of its periods apart,
+    which says it is half."""
     t, _, _ = _polled(100.0, 0.2, (6.0, 8.0), 60.0, seed=9)
     odd = t[5::30] + 50 * MS  # one reading in 30 has one half-way after it
     t2 = np.unique(np.concatenate((t, odd)))
