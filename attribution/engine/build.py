@@ -448,6 +448,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
                                           idle_weight=idle_w))
+        if sp_k is not None and rd.poll_lock is not None \
+                and rd.poll_lock < publish_grid.LOCKED_POLLS:
+            # polls locked to the sensor: each publish sits at one point of its poll interval,
+            # not spread over it; the interval spans the fits with the publishes at either end
+            for t_end in (t_k - sp_k, t_k):
+                lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss)
+                prior_fits.append(regress.fit(
+                    window_fractions(busy, t_end, window_ms, lag_e, tau_e), y, prior,
+                    pooled=centre[:n_groups], idle_weight=idle_w))
         lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
         prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
         end_p = [e.p_idle_w for e in lag_fits + prior_fits]
