@@ -329,9 +329,9 @@ def locked_polls_warning(device: int, scatter: float) -> str:
     return (f"GPU {device}: the power log's polls ran in step with the sensor (each new value "
             f"at one phase of the poll cycle: scatter {scatter:.2f} of the poll gap), so each "
             "reading was published at about the same point of its poll interval, not "
-            "anywhere in it; through such a log the per-class intervals are too narrow "
-            "(simulated: 49% coverage against 88% with free-running polls); `ppwtop record` "
-            "keeps NVML's own timestamps")
+            "anywhere in it; the per-class intervals span either placement and are still "
+            "too narrow at times (simulated: 76% coverage against 88% with free-running "
+            "polls); `ppwtop record` keeps NVML's own timestamps")
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
