@@ -229,7 +229,9 @@ def poll_grid(ctx: Context) -> dict[str, Any]:
     out["summary"] = (f"{out['readings']} readings: publish intervals "
                       f"{out['poll_interval_ms_median']:.1f} -> {out['narrowed_ms_median']:.1f} ms,"
                       f" {out['publish_inside_fraction']:.1%} hold NVML's publish time; period "
-                      f"{out['grid_period_ms']:.2f} ms (NVML {out['nvml_period_ms']:.2f})")
+                      f"{out['grid_period_ms']:.2f} ms (NVML {out['nvml_period_ms']:.2f}); "
+                      + {True: "polls locked to the sensor", False: "polls free",
+                         None: "polls not judged"}[out["polls_locked"]])
     return out
 
 

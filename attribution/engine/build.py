@@ -377,8 +377,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
-    if rd.poll_lock is not None and rd.poll_lock < publish_grid.LOCKED_POLLS:
-        warnings.append(locked_polls_warning(device, rd.poll_lock))
+    poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
+    polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
+    if polls_locked:
+        warnings.append(locked_polls_warning(device, poll_lock))
     if source == "measured" and len(y) >= 8 and n_groups:
         window_ms = _fit_window(busy, rd.t_ns, rd.power_w, period_ms, win,
                                 spread_ns=rd.spread_ns)
@@ -448,8 +450,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
                                           idle_weight=idle_w))
-        if sp_k is not None and rd.poll_lock is not None \
-                and rd.poll_lock < publish_grid.LOCKED_POLLS:
+        if sp_k is not None and polls_locked:
             # polls locked to the sensor: each publish sits at one point of its poll interval,
             # not spread over it; the interval spans the fits with the publishes at either end
             for t_end in (t_k - sp_k, t_k):

@@ -88,6 +88,8 @@ def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, i
     # nvidia-smi at -lms 10: each poll shows the latest reading of every field
     steps = POLL_MS * MS + rng.uniform(1.0, 4.0, int((b - a) / (POLL_MS * MS)) + 1) * MS
     polls = (a + 0.3e9 + np.cumsum(steps)).astype(np.int64)
+    # the free polls are drawn either way, so that everything drawn after them (the energy
+    # counter) is the same run's; locked polls come from a generator of their own
     if locked_polls:
         fast = min(sm.period_ms for sm in setup_.fields.values())
         polls = locked_poll_times(a + setup_.phase_ns, fast, int(polls[0]), b,
