@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,3 +31,18 @@ def _on_two_gpus(a: Trace, b: Trace) -> Trace:
 @pytest.fixture
 def on_two_gpus() -> Callable[[Trace, Trace], Trace]:
     return _on_two_gpus
+
+
+@pytest.fixture(params=["numpy", "native"])
+def native_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test once on the numpy forms and once on the compiled sweeps (skipped where
+    ``attribution._native`` was not built): both must give the same bits."""
+    from attribution import native
+
+    if request.param == "native" and not native.built():
+        pytest.skip("attribution._native is not built")
+    was = native.use(request.param == "native")
+    try:
+        yield request.param
+    finally:
+        native.use(was)

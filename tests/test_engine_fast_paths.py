@@ -5,7 +5,8 @@ knots, the class and device look-ups) is compared here, on random timelines buil
 awkward cases (several devices, items outside the window or unsorted, overlaps, zero-length
 items, equal times, repeated or sparse correlation ids), against the plain implementation it
 replaced, kept in this file as the reference.  Equality is exact: the rewrites reorder no
-floating-point arithmetic.
+floating-point arithmetic.  Every test runs twice: on the numpy forms and on the compiled
+sweeps (``native_mode``), which must give the same bits.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from attribution.model import (
     MemsetBatch,
     Trace,
 )
+
+pytestmark = pytest.mark.usefixtures("native_mode")
 
 # ---- the plain forms the engine used before (references) -------------------------------
 
@@ -204,7 +207,8 @@ CASES = st.tuples(st.integers(0, 10_000), st.integers(1, 400), st.integers(1, 3)
                   st.booleans(), st.integers(0, 30), st.floats(-0.1, 1.1), st.floats(0.0, 1.1))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                              HealthCheck.function_scoped_fixture])
 @given(CASES)
 def test_idle_intervals_match_the_plain_form(case: tuple) -> None:
     seed, n, devices, sorted_items, dense, syncs, a, b = case
@@ -248,7 +252,8 @@ def test_covered_ns_with_sorted_and_unsorted_queries(seed: int) -> None:
     assert (got > 0).any() and (got == 0).any()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 10_000), st.integers(1, 500), st.booleans())
 def test_time_share_and_knots_match_the_plain_forms(seed: int, n: int, overlap: bool) -> None:
     rng = np.random.default_rng(seed)
@@ -295,7 +300,8 @@ def test_busy_function_groups_any_labels() -> None:
     assert not np.array_equal(got, fast)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(-40_000, 40_000), max_size=60), st.sampled_from(
     [np.int16, np.int32, np.int64]))
 def test_int_sets_are_np_unique(values: list[int], dtype: type) -> None:

@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution import native
 from attribution.intsets import unique_inverse
 from attribution.model import F64, I32, I64, MemKind, Trace
 
@@ -141,10 +142,16 @@ class BusyFunction:
                  origin_ns: int) -> None:
         self.origin_ns = origin_ns
         self.n_groups = n_groups
+        self._parts: list[tuple[F64, F64]] = []
+        self._coarse: list[tuple[F64, F64, F64]] | None = None
+        in_range = (bool(len(group)) and n_groups <= 1 << 16 and int(group.min()) >= 0
+                    and int(group.max()) < n_groups)
+        if in_range and native.enabled():
+            self._parts = _knots_native(start_ns, end_ns, group, n_groups, origin_ns)
+            return
         s_all = (start_ns - origin_ns).astype(np.float64) * 1e-9
         e_all = (end_ns - origin_ns).astype(np.float64) * 1e-9
-        if (len(group) and n_groups <= 1 << 16 and int(group.min()) >= 0
-                and int(group.max()) < n_groups):
+        if in_range:
             # few groups: a radix sort of the narrow key and bounds from the counts
             key = group.astype(np.uint8 if n_groups <= 256 else np.uint16)
             order = np.argsort(key, kind="stable") if n_groups > 1 else np.arange(len(group))
@@ -152,13 +159,14 @@ class BusyFunction:
         else:
             order = np.argsort(group, kind="stable")
             bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
-        self._parts: list[tuple[F64, F64]] = []
         for g in range(n_groups):
             sel = order[bounds[g]:bounds[g + 1]]
             self._parts.append(_knots(s_all[sel], e_all[sel]))
 
     def __call__(self, t_ns: I64) -> F64:
         out = np.zeros((len(t_ns), self.n_groups), np.float64)
+        if native.enabled() and self.n_groups:
+            return self._native(t_ns, len(t_ns), 1).reshape(len(t_ns), self.n_groups)
         order, values = self._values(t_ns)
         for g, v in values:
             if order is None:
@@ -171,6 +179,8 @@ class BusyFunction:
         """``self(t_ns)`` laid out (shape[1], shape[0], groups) for queries that form a
         (shape[0], shape[1]) block in row order: the lag search's layout, written once rather
         than as a (queries, groups) array and then a transposed copy of it."""
+        if native.enabled() and self.n_groups:
+            return self._native(t_ns, shape[0], shape[1])
         order, values = self._values(t_ns)
         if order is not None:  # queries not in the block layout the method is meant for
             full = self(t_ns).reshape(shape[0], shape[1], self.n_groups)
@@ -179,6 +189,13 @@ class BusyFunction:
         for g, v in values:
             out[:, :, g] = v.reshape(shape).T
         return out
+
+    def _native(self, t_ns: I64, n_rows: int, n_cols: int) -> F64:
+        """The compiled form of :meth:`_values` (same bits): (n_cols, n_rows, groups) for
+        queries in (n_rows, n_cols) row order, whatever the queries' order."""
+        if self._coarse is None:
+            self._coarse = [(x, b, native.coarse_index(x)) for x, b in self._parts]
+        return native.interp_groups(self._coarse, t_ns, self.origin_ns, n_rows, n_cols)
 
     def _values(self, t_ns: I64) -> tuple[I64 | None, list[tuple[int, F64]]]:
         """B_g at the queries for each group with items: (order, [(g, values)]); the values
@@ -234,6 +251,23 @@ def _knots(s: F64, e: F64) -> tuple[F64, F64]:
     np.greater(dt, 0.0, out=last[:-1])
     last[-1] = True
     return ts[last], b[last]
+
+
+def _knots_native(start_ns: I64, end_ns: I64, group: I32, n_groups: int, origin_ns: int
+                  ) -> list[tuple[F64, F64]]:
+    """Every group's :func:`_knots` (same bits) from one compiled pass over the items; a group
+    whose instances overlap or come out of order gets the numpy form over its own items."""
+    x, b, off, length = native.knots_grouped(start_ns, end_ns, group, n_groups, origin_ns)
+    parts: list[tuple[F64, F64]] = []
+    for g in range(n_groups):
+        a, m = int(off[g]), int(length[g])
+        if m >= 0:
+            parts.append((x[a:a + m], b[a:a + m]))
+            continue
+        sel = np.flatnonzero(group == g)
+        parts.append(_knots((start_ns[sel] - origin_ns).astype(np.float64) * 1e-9,
+                            (end_ns[sel] - origin_ns).astype(np.float64) * 1e-9))
+    return parts
 
 
 def busy_at(start_ns: I64, end_ns: I64, group: I32, n_groups: int, t_ns: I64, *,

@@ -1,0 +1,340 @@
+/* Busy-time functions: the knots of B_g(t) and B_g read at many times.
+ *
+ * References (attribution/engine/activity.py): knots_grouped is BusyFunction's per-group
+ * `_knots` on its one-instance-after-another path (groups that are not are left to numpy),
+ * interp_block is `np.interp(t, x, y, left, right)` written into a strided block.
+ */
+#include "ppw_native.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* numpy's binary_search_with_guess contract: -1 if key < x[0], len if key > x[len-1], else
+ * the j with x[j] <= key < x[j+1] (len-1 when key == x[len-1]).  Found by galloping from the
+ * previous answer, so nearby keys cost a few comparisons instead of a full bisection. */
+static Py_ssize_t locate(const double *x, Py_ssize_t len, double key, Py_ssize_t j)
+{
+    Py_ssize_t lo, hi, step;
+    if (key > x[len - 1])
+        return len;
+    if (key < x[0])
+        return -1;
+    if (j < 0)
+        j = 0;
+    if (j > len - 1)
+        j = len - 1;
+    if (x[j] <= key) {
+        lo = j;
+        step = 1;
+        while (lo + step < len && x[lo + step] <= key) {
+            lo += step;
+            step <<= 1;
+        }
+        hi = lo + step < len ? lo + step : len - 1;
+    } else {
+        hi = j;
+        step = 1;
+        while (hi - step >= 0 && x[hi - step] > key) {
+            hi -= step;
+            step <<= 1;
+        }
+        lo = hi - step >= 0 ? hi - step : 0;
+    }
+    /* x[lo] <= key, and x[hi] > key unless hi == len - 1 */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (x[mid] <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return x[hi] <= key ? hi : lo;
+}
+
+/* One value, as numpy's interp computes it once j is known. */
+static double value_at(const double *x, const double *y, Py_ssize_t len, Py_ssize_t j,
+                       double key, double left, double right)
+{
+    double slope, v;
+    if (j == -1)
+        return left;
+    if (j == len)
+        return right;
+    if (j == len - 1 || x[j] == key)
+        return y[j];
+    slope = (y[j + 1] - y[j]) / (x[j + 1] - x[j]);
+    v = slope * (key - x[j]) + y[j];
+    if (isnan(v)) {
+        v = slope * (key - x[j + 1]) + y[j + 1];
+        if (isnan(v) && y[j] == y[j + 1])
+            v = y[j];
+    }
+    return v;
+}
+
+#define COARSE_SHIFT 3
+/* locate() with a coarse index xc[c] = x[c << COARSE_SHIFT] (nc entries, small enough to
+ * stay in cache): a query next to the previous answer is two comparisons; a jump searches
+ * the coarse index and then one cache line of x, instead of galloping through x itself
+ * (each of whose probes would be a cache miss on the millions of knots of a long trace). */
+static Py_ssize_t locate2(const double *x, Py_ssize_t len, const double *xc, Py_ssize_t nc,
+                          double key, Py_ssize_t j)
+{
+    Py_ssize_t c, lo, hi;
+    if (key > x[len - 1])
+        return len;
+    if (key < x[0])
+        return -1;
+    if (j < 0)
+        j = 0;
+    if (j > len - 1)
+        j = len - 1;
+    if (x[j] <= key) {
+        if (j + 1 >= len || x[j + 1] > key)
+            return j;
+        if (j + 2 >= len || x[j + 2] > key)
+            return j + 1;
+    }
+    c = locate(xc, nc, key, j >> COARSE_SHIFT);
+    if (c > nc - 1)
+        c = nc - 1;
+    lo = c << COARSE_SHIFT;
+    hi = lo + ((Py_ssize_t)1 << COARSE_SHIFT);
+    if (hi > len - 1)
+        hi = len - 1;
+    /* x[lo] <= key, and x[hi] > key unless hi == len - 1 */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (x[mid] <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return x[hi] <= key ? hi : lo;
+}
+
+typedef struct {
+    const double *x, *y, *xc;
+    Py_ssize_t len, nc, j;
+    double right;
+} ppw_group;
+
+/* interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)
+ * For every group g (xs[g], ys[g]: its knots and B there; xcs[g]: x[g][::8]; an empty group
+ * reads 0), query q = r * n_cols + c at time (t_ns[q] - origin_ns) * 1e-9 s goes to
+ * out[(c * n_rows + r) * n_groups + g]: np.interp(t, x, y, left=0, right=y[-1]). */
+PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
+{
+    PyObject *oxs, *oys, *oxcs, *ot, *oout, *fx = NULL, *fy = NULL, *fxc = NULL;
+    long long origin;
+    Py_ssize_t n_rows, n_cols, n_groups = 0, g, got = 0;
+    ppw_buf bt, bo, *bufs = NULL;
+    ppw_group *grp = NULL;
+    PyObject *result = NULL;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOLOnn", &oxs, &oys, &oxcs, &ot, &origin, &oout, &n_rows,
+                          &n_cols))
+        return NULL;
+    bt.held = bo.held = 0;
+    fx = PySequence_Fast(oxs, "xs: a sequence");
+    fy = fx ? PySequence_Fast(oys, "ys: a sequence") : NULL;
+    fxc = fy ? PySequence_Fast(oxcs, "xcs: a sequence") : NULL;
+    if (fxc == NULL)
+        goto done;
+    n_groups = PySequence_Fast_GET_SIZE(fx);
+    if (PySequence_Fast_GET_SIZE(fy) != n_groups || PySequence_Fast_GET_SIZE(fxc) != n_groups
+        || n_groups < 1) {
+        PyErr_SetString(PyExc_ValueError, "interp_groups: xs, ys, xcs differ in length");
+        goto done;
+    }
+    bufs = calloc((size_t)(3 * n_groups), sizeof(ppw_buf));
+    grp = calloc((size_t)n_groups, sizeof(ppw_group));
+    if (bufs == NULL || grp == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (g = 0; g < n_groups; g++) {
+        ppw_buf *b = bufs + 3 * g;
+        got = g + 1;
+        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
+            goto done;
+        if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
+            PyErr_SetString(PyExc_ValueError, "interp_groups: a group's x, y, xc disagree");
+            goto done;
+        }
+        grp[g].x = b[0].view.buf;
+        grp[g].y = b[1].view.buf;
+        grp[g].xc = b[2].view.buf;
+        grp[g].len = b[0].n;
+        grp[g].nc = b[2].n;
+        grp[g].j = 0;
+        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
+    }
+    if (ppw_get(ot, &bt, 8, 0, "t_ns") < 0 || ppw_get(oout, &bo, 8, 1, "out") < 0)
+        goto done;
+    if (n_rows < 0 || n_cols < 0 || n_rows * n_cols != bt.n || bo.n != bt.n * n_groups) {
+        PyErr_SetString(PyExc_ValueError, "interp_groups: inconsistent shapes");
+        goto done;
+    }
+    {
+        const int64_t *t = bt.view.buf;
+        double *out = bo.view.buf;
+        Py_ssize_t r, c;
+        Py_BEGIN_ALLOW_THREADS
+        for (g = 0; g < n_groups; g++) {
+            ppw_group *p = grp + g;
+            for (r = 0; r < n_rows; r++) {
+                const int64_t *tr = t + r * n_cols;
+                for (c = 0; c < n_cols; c++) {
+                    double key = (double)(tr[c] - (int64_t)origin) * 1e-9;
+                    double *dst = out + (c * n_rows + r) * n_groups + g;
+                    if (p->len == 0) {
+                        *dst = 0.0;
+                    } else if (isnan(key)) {
+                        *dst = key;
+                    } else {
+                        p->j = locate2(p->x, p->len, p->xc, p->nc, key, p->j);
+                        *dst = value_at(p->x, p->y, p->len, p->j, key, 0.0, p->right);
+                    }
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    if (bufs != NULL) {
+        for (g = 0; g < 3 * got; g++)
+            ppw_release(bufs + g);
+    }
+    free(bufs);
+    free(grp);
+    ppw_release(&bt);
+    ppw_release(&bo);
+    Py_XDECREF(fx);
+    Py_XDECREF(fy);
+    Py_XDECREF(fxc);
+    return result;
+}
+
+/* knots_grouped(start_ns, end_ns, group, n_groups, origin_ns, x_out, b_out, off_out, len_out)
+ * Items in row order, split by group (stable).  For group g the interleaved times
+ * s0 e0 s1 e1 ... (seconds since origin) go to x_out[off_out[g]:], off_out[g] = 2 × the items
+ * of the groups before g; if they never step back, B at them is their running sum of
+ * (e_i - s_i) and the distinct knots (a time kept where the next one is later, and the last)
+ * are written there with B in b_out, len_out[g] their count; otherwise len_out[g] = -1 and
+ * the caller sorts that group's events itself. */
+PyObject *ppw_knots_grouped(PyObject *self, PyObject *args)
+{
+    PyObject *os, *oe, *og, *ox, *ob, *ooff, *olen;
+    long long origin;
+    Py_ssize_t n_groups;
+    ppw_buf bs, be, bg, bx, bb, boff, blen;
+    Py_ssize_t *cursor = NULL;
+    int bad_group = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOnLOOOO", &os, &oe, &og, &n_groups, &origin, &ox, &ob,
+                          &ooff, &olen))
+        return NULL;
+    bs.held = be.held = bg.held = bx.held = bb.held = boff.held = blen.held = 0;
+    if (ppw_get(os, &bs, 8, 0, "start_ns") < 0 || ppw_get(oe, &be, 8, 0, "end_ns") < 0
+        || ppw_get(og, &bg, 4, 0, "group") < 0 || ppw_get(ox, &bx, 8, 1, "x_out") < 0
+        || ppw_get(ob, &bb, 8, 1, "b_out") < 0 || ppw_get(ooff, &boff, 8, 1, "off_out") < 0
+        || ppw_get(olen, &blen, 8, 1, "len_out") < 0)
+        goto fail;
+    if (be.n != bs.n || bg.n != bs.n || bx.n < 2 * bs.n || bb.n < 2 * bs.n || n_groups < 0
+        || boff.n < n_groups + 1 || blen.n < n_groups) {
+        PyErr_SetString(PyExc_ValueError, "knots_grouped: inconsistent shapes");
+        goto fail;
+    }
+    cursor = calloc((size_t)n_groups + 1, sizeof(Py_ssize_t));
+    if (cursor == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    {
+        const int64_t *s = bs.view.buf, *e = be.view.buf;
+        const int32_t *grp = bg.view.buf;
+        double *xo = bx.view.buf, *bo = bb.view.buf;
+        int64_t *off = boff.view.buf, *lens = blen.view.buf;
+        Py_ssize_t n = bs.n, i, g;
+        const int64_t o = (int64_t)origin;
+        Py_BEGIN_ALLOW_THREADS
+        for (i = 0; i < n; i++) {
+            if (grp[i] < 0 || grp[i] >= n_groups) {
+                bad_group = 1;
+                break;
+            }
+            cursor[grp[i]]++;
+        }
+        if (!bad_group) {
+            off[0] = 0;
+            for (g = 0; g < n_groups; g++) {
+                off[g + 1] = off[g] + 2 * (int64_t)cursor[g];
+                cursor[g] = (Py_ssize_t)off[g];
+            }
+            for (i = 0; i < n; i++) {
+                Py_ssize_t k = cursor[grp[i]];
+                xo[k] = (double)(s[i] - o) * 1e-9;
+                xo[k + 1] = (double)(e[i] - o) * 1e-9;
+                cursor[grp[i]] = k + 2;
+            }
+            for (g = 0; g < n_groups; g++) {
+                double *ts = xo + off[g], *b = bo + off[g];
+                Py_ssize_t len = (Py_ssize_t)(off[g + 1] - off[g]), k, w = 0;
+                double acc = 0.0;
+                int serial = 1;
+                for (k = 0; k + 1 < len; k++) {
+                    if (!(ts[k + 1] - ts[k] >= 0.0)) {
+                        serial = 0;
+                        break;
+                    }
+                }
+                if (!serial) {
+                    lens[g] = -1;
+                    continue;
+                }
+                /* b[k] = Σ_{m<k} term[m], term = diff(ts) with the odd terms (end → next
+                 * start) 0.0, as numpy's cumsum adds them; keep k if ts[k+1] > ts[k] */
+                for (k = 0; k < len; k++) {
+                    double tk = ts[k];
+                    double dt = k + 1 < len ? ts[k + 1] - tk : 0.0;
+                    if (k + 1 == len || dt > 0.0) {
+                        ts[w] = tk;
+                        b[w] = acc;
+                        w++;
+                    }
+                    acc += (k & 1) ? 0.0 : dt;
+                }
+                lens[g] = w;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    free(cursor);
+    if (bad_group) {
+        PyErr_SetString(PyExc_ValueError, "knots_grouped: a group outside [0, n_groups)");
+        goto fail;
+    }
+    ppw_release(&bs);
+    ppw_release(&be);
+    ppw_release(&bg);
+    ppw_release(&bx);
+    ppw_release(&bb);
+    ppw_release(&boff);
+    ppw_release(&blen);
+    Py_RETURN_NONE;
+fail:
+    ppw_release(&bs);
+    ppw_release(&be);
+    ppw_release(&bg);
+    ppw_release(&bx);
+    ppw_release(&bb);
+    ppw_release(&boff);
+    ppw_release(&blen);
+    return NULL;
+}
