@@ -22,6 +22,7 @@ import dataclasses
 
 import numpy as np
 
+from attribution import native
 from attribution.intsets import distinct_ints
 from attribution.model import I16, I64, U8, ApiKind, B, Trace
 from attribution.snapshot import IDLE_CAUSES
@@ -177,6 +178,14 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
     have_api = len(apis) > 0
     out_s, out_e, out_d, out_c = [], [], [], []
     for dev in devices:
+        got = (_gaps_native(trace, dev, (window_start_ns, window_end_ns), (sync_s, sync_e))
+               if native.enabled() else None)
+        if got is not None:
+            out_s.append(got[0])
+            out_e.append(got[1])
+            out_d.append(np.full(len(got[0]), dev, np.int16))
+            out_c.append(got[2])
+            continue
         s, e, corr = _item_columns(trace, dev)
         if len(s) and not (int(e.min()) > window_start_ns and int(s.max()) < window_end_ns):
             inwin = (e > window_start_ns) & (s < window_end_ns)
@@ -229,8 +238,39 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
     if not out_s:
         z = np.empty(0, np.int64)
         return IdleIntervals(z, z.copy(), np.empty(0, np.int16), np.empty(0, np.uint8))
+    if len(out_s) == 1:  # one device: its arrays as they are, no copy
+        return IdleIntervals(out_s[0], out_e[0], out_d[0], out_c[0])
     return IdleIntervals(np.concatenate(out_s), np.concatenate(out_e),
                          np.concatenate(out_d), np.concatenate(out_c))
+
+
+def _gaps_native(trace: Trace, device: int, window_ns: tuple[int, int],
+                 sync: tuple[I64, I64]) -> tuple[I64, I64, U8] | None:
+    """One device's gaps and causes by the compiled sweeps (the same values as the numpy
+    form), or None where that form must run: an item outside the window (it clips), a source
+    out of start order (it sorts)."""
+    runs = []
+    for b in (trace.kernels, trace.copies, trace.memsets):
+        m = b.device == device
+        if bool(m.all()):  # one device (the common case): no gather
+            runs.append((b.start_ns, b.end_ns, b.correlation))
+        else:
+            runs.append((b.start_ns[m], b.end_ns[m], b.correlation[m]))
+    for s, e, _ in runs:
+        if len(s) and not (int(e.min()) > window_ns[0] and int(s.max()) < window_ns[1]):
+            return None
+    gaps = native.union_gaps(runs, window_ns=window_ns)
+    if gaps is None:
+        return None
+    gap_s, gap_e, next_corr = gaps
+    apis = trace.apis
+    issued = native.issue_ends(apis.kind, apis.correlation, apis.end_ns, next_corr,
+                               sync_kind=int(ApiKind.SYNC), max_per_row=MAX_TABLE_PER_ROW)
+    issue_end, found = issued if issued is not None else _issue_end_ns(trace, next_corr)
+    cause = native.gap_causes(gap_s, gap_e, issue_end, found, sync=sync,
+                              have_api=len(apis) > 0, launch_tol_ns=LAUNCH_TOL_NS,
+                              stall_ns=STALL_NS, sync_cover=SYNC_COVER)
+    return gap_s, gap_e, cause
 
 
 def device_indices(trace: Trace) -> list[int]:

@@ -18,7 +18,7 @@ from types import ModuleType
 
 import numpy as np
 
-from attribution.model import F64, I32, I64
+from attribution.model import F64, I32, I64, U8, B
 
 _c: ModuleType | None
 try:
@@ -92,3 +92,69 @@ def knots_grouped(start_ns: I64, end_ns: I64, group: I32, n_groups: int, origin_
                          np.ascontiguousarray(group, np.int32), int(n_groups), int(origin_ns),
                          x, b, off, length)
     return x, b, off, length
+
+
+def merge_order(start_ns: I64) -> I64 | None:
+    """``np.argsort(start_ns, kind="stable")`` when ``start_ns`` is at most 8 ascending runs
+    (a device's kernels, then copies, then memsets), by merging them; None otherwise (the
+    caller sorts)."""
+    order = np.empty(len(start_ns), np.int64)
+    ok = _lib().merge_order(np.ascontiguousarray(start_ns, np.int64), order)
+    return order if ok else None
+
+
+def union_gaps(runs: list[tuple[I64, I64, I64]], *, window_ns: tuple[int, int]
+               ) -> tuple[I64, I64, I64] | None:
+    """The idle gaps of 1-3 runs of items ``(start_ns, end_ns, correlation)`` (each sorted by
+    start, all overlapping the window) taken in the order a stable sort of their
+    concatenation gives, as ``idle.idle_intervals`` builds them: (gap starts, gap ends,
+    correlation id of the item after each gap, −1 after the last), an empty first or last
+    gap dropped; None when a run is not sorted."""
+    n = sum(len(r[0]) for r in runs)
+    gs, ge, nc = (np.empty(n + 1, np.int64) for _ in range(3))
+    k = _lib().union_gaps([np.ascontiguousarray(r[0], np.int64) for r in runs],
+                          [np.ascontiguousarray(r[1], np.int64) for r in runs],
+                          [np.ascontiguousarray(r[2], np.int64) for r in runs],
+                          int(window_ns[0]), int(window_ns[1]), gs, ge, nc)
+    return (gs[:k], ge[:k], nc[:k]) if k >= 0 else None
+
+
+def issue_ends(api_kind: U8, api_corr: I64, api_end_ns: I64, query: I64, *, sync_kind: int,
+               max_per_row: int) -> tuple[I64, B] | None:
+    """``idle._issue_end_ns``'s table form: the end of the call that issued each queried
+    correlation id and whether there was one (ends where not found are 0, not the numpy
+    form's arbitrary value: callers mask by found); None when the ids are not increasing
+    and dense (the caller searches)."""
+    end = np.empty(len(query), np.int64)
+    found = np.empty(len(query), np.bool_)
+    ok = _lib().issue_ends(np.ascontiguousarray(api_kind, np.uint8),
+                           np.ascontiguousarray(api_corr, np.int64),
+                           np.ascontiguousarray(api_end_ns, np.int64), int(sync_kind),
+                           int(max_per_row), np.ascontiguousarray(query, np.int64), end,
+                           found.view(np.uint8))
+    return (end, found) if ok else None
+
+
+def gap_causes(gap_s: I64, gap_e: I64, issue_end_ns: I64, found: B, *, sync: tuple[I64, I64],
+               have_api: bool, launch_tol_ns: int, stall_ns: int, sync_cover: float) -> U8:
+    """Each gap's cause code as ``idle.idle_intervals`` assigns it (sorted, disjoint gaps
+    and ``sync`` = (starts, ends) of the sync calls' union; the cover by one merge walk)."""
+    cause = np.empty(len(gap_s), np.uint8)
+    _lib().gap_causes(np.ascontiguousarray(gap_s, np.int64),
+                      np.ascontiguousarray(gap_e, np.int64),
+                      np.ascontiguousarray(issue_end_ns, np.int64),
+                      np.ascontiguousarray(found, np.bool_).view(np.uint8),
+                      np.ascontiguousarray(sync[0], np.int64),
+                      np.ascontiguousarray(sync[1], np.int64), bool(have_api),
+                      int(launch_tol_ns), int(stall_ns), float(sync_cover), cause)
+    return cause
+
+
+def share_serial(start_ns: I64, end_ns: I64, order: I64, origin_ns: int) -> F64 | None:
+    """``activity._share_one_at_a_time`` with the items' start order given: each item's
+    time share when no two overlap, else None."""
+    out = np.empty(len(start_ns), np.float64)
+    ok = _lib().share_serial(np.ascontiguousarray(start_ns, np.int64),
+                             np.ascontiguousarray(end_ns, np.int64),
+                             np.ascontiguousarray(order, np.int64), int(origin_ns), out)
+    return out if ok else None

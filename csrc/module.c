@@ -31,6 +31,18 @@ static PyMethodDef methods[] = {
      "interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)"},
     {"knots_grouped", ppw_knots_grouped, METH_VARARGS,
      "knots_grouped(start_ns, end_ns, group, n_groups, origin_ns, x_out, b_out, off_out, len_out)"},
+    {"merge_order", ppw_merge_order, METH_VARARGS,
+     "merge_order(start_ns, order_out) -> bool"},
+    {"union_gaps", ppw_union_gaps, METH_VARARGS,
+     "union_gaps(start_ns, end_ns, corr, order, win0, win1, gap_s, gap_e, next_corr) -> n"},
+    {"issue_ends", ppw_issue_ends, METH_VARARGS,
+     "issue_ends(api_kind, api_corr, api_end, sync_kind, max_per_row, query, end_out, "
+     "found_out) -> bool"},
+    {"gap_causes", ppw_gap_causes, METH_VARARGS,
+     "gap_causes(gap_s, gap_e, issue_end, found, sync_s, sync_e, have_api, launch_tol_ns, "
+     "stall_ns, sync_cover, cause_out)"},
+    {"share_serial", ppw_share_serial, METH_VARARGS,
+     "share_serial(start_ns, end_ns, order, origin_ns, out) -> bool"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,5 +25,10 @@ void ppw_release(ppw_buf *b);
 
 PyObject *ppw_interp_groups(PyObject *self, PyObject *args);
 PyObject *ppw_knots_grouped(PyObject *self, PyObject *args);
+PyObject *ppw_merge_order(PyObject *self, PyObject *args);
+PyObject *ppw_union_gaps(PyObject *self, PyObject *args);
+PyObject *ppw_issue_ends(PyObject *self, PyObject *args);
+PyObject *ppw_gap_causes(PyObject *self, PyObject *args);
+PyObject *ppw_share_serial(PyObject *self, PyObject *args);
 
 #endif

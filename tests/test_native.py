@@ -176,3 +176,168 @@ def test_ppwtop_native_0_turns_the_sweeps_off() -> None:
     native.use(False)
     with pytest.raises(RuntimeError, match="not in use"):
         native.interp_groups([], np.empty(0, np.int64), 0, 0, 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.integers(0, 60), min_size=1, max_size=9))
+def test_merge_order_is_stable_argsort(seed: int, run_lengths: list[int]) -> None:
+    rng = np.random.default_rng(seed)
+    # sorted runs with many ties within and across runs (coarse values)
+    s = np.concatenate([np.sort(rng.integers(0, 20, n)) for n in run_lengths]).astype(np.int64)
+    got = native.merge_order(s)
+    runs = 1 + int(np.sum(s[1:] < s[:-1]))
+    if runs > 8:
+        assert got is None
+    else:
+        assert got is not None and np.array_equal(got, np.argsort(s, kind="stable"))
+
+
+def _plain_gaps(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w0: int, w1: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """idle.idle_intervals' gap arrays, written plainly (the reference)."""
+    s = np.concatenate([r[0] for r in runs])
+    e = np.concatenate([r[1] for r in runs])
+    c = np.concatenate([r[2] for r in runs])
+    o = np.argsort(s, kind="stable")
+    s, e, c = s[o], e[o], c[o]
+    if len(s) == 0:
+        gs, ge, nc = np.array([w0]), np.array([w1]), np.array([-1])
+    else:
+        e = np.maximum(e, s)
+        run_end = np.maximum.accumulate(e)
+        new = np.r_[True, s[1:] > run_end[:-1]]
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, len(s) - 1]
+        gs = np.r_[w0, run_end[last]]
+        ge = np.r_[s[first], w1]
+        ge[0] = min(max(ge[0], w0), w1)
+        gs[-1] = min(max(gs[-1], w0), w1)
+        gs[0], ge[-1] = w0, w1
+        nc = np.r_[c[first], -1]
+    keep = np.ones(len(gs), bool)
+    keep[0] = ge[0] > gs[0]
+    keep[-1] = keep[-1] and ge[-1] > gs[-1]
+    return gs[keep], ge[keep], nc[keep]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.integers(0, 40), min_size=1, max_size=3),
+       st.booleans())
+def test_union_gaps_is_the_plain_form(seed: int, sizes: list[int], edge: bool) -> None:
+    rng = np.random.default_rng(seed)
+    runs = []
+    for n in sizes:
+        s = np.sort(rng.integers(0, 400, n)).astype(np.int64)
+        e = s + rng.integers(-3, 30, n) * (rng.random(n) > 0.2)  # zero, negative lengths
+        runs.append((s, e, rng.integers(0, 1000, n).astype(np.int64)))
+    allo = np.concatenate([r[0] for r in runs] + [r[1] for r in runs])
+    w0 = int(allo.min()) - (0 if edge else 5) if len(allo) else 0
+    w1 = int(allo.max()) + (0 if edge else 5) if len(allo) else 10
+    got = native.union_gaps(runs, window_ns=(w0, w1))
+    assert got is not None
+    want = _plain_gaps(runs, w0, w1)
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g, w)
+    # a run out of order is left to the caller
+    if sizes[0] > 1 and runs[0][0][0] != runs[0][0][-1]:
+        bad = [(r[0][::-1].copy(), r[1][::-1].copy(), r[2]) for r in runs[:1]] + runs[1:]
+        assert native.union_gaps(bad, window_ns=(w0, w1)) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(0, 50), st.integers(0, 40),
+       st.sampled_from(["increasing", "shuffled", "dupes", "sparse"]))
+def test_issue_ends_is_the_table_or_search(seed: int, n_api: int, n_q: int, mode: str) -> None:
+    from attribution.idle import MAX_TABLE_PER_ROW, _issue_end_ns
+    from attribution.model import ApiBatch, ApiKind, Trace
+
+    rng = np.random.default_rng(seed)
+    step = 1_000_000 if mode == "sparse" else 3
+    corr = np.cumsum(rng.integers(1, step + 1, n_api)).astype(np.int64)
+    if mode == "dupes" and n_api > 2:
+        corr[1] = corr[0]  # ids not strictly increasing: the searched form's business
+    kind = np.where(rng.random(n_api) < 0.2, int(ApiKind.SYNC), 0).astype(np.uint8)
+    corr[rng.random(n_api) < 0.1] = -1
+    end = rng.integers(0, 10**9, n_api).astype(np.int64)
+    pool = np.r_[corr, corr + 1, -1] if n_api else np.array([-1, 5])
+    q = rng.choice(pool, n_q).astype(np.int64)
+    if mode != "shuffled":
+        q = np.r_[np.sort(q[q >= 0]), q[q < 0]]  # the last gap's -1 comes at the end
+    z = np.zeros(n_api, np.int64)
+    tr = Trace(apis=ApiBatch(start_ns=end - 5, end_ns=end, pid=z, tid=z, correlation=corr,
+                             name_id=z.astype(np.int32), kind=kind))
+    got = native.issue_ends(kind, corr, end, q, sync_kind=int(ApiKind.SYNC),
+                            max_per_row=MAX_TABLE_PER_ROW)
+    w_end, w_found = _issue_end_ns(tr, q)
+    issuing = corr[(kind != ApiKind.SYNC) & (corr >= 0)]
+    if len(issuing) > 1 and not bool(np.all(issuing[1:] > issuing[:-1])):
+        assert got is None
+        return
+    if got is None:  # only a shuffled query over a sparse id range is left to the search
+        assert mode == "shuffled" or mode == "sparse"
+        return
+    g_end, g_found = got
+    assert np.array_equal(g_found, w_found)
+    assert np.array_equal(g_end[g_found], w_end[w_found])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31), st.integers(0, 60), st.integers(0, 12), st.booleans())
+def test_gap_causes_are_the_rules(seed: int, n: int, n_sync: int, have_api: bool) -> None:
+    from attribution import idle
+
+    rng = np.random.default_rng(seed)
+    pts = np.cumsum(rng.integers(1, 2_500_000, 2 * n)).astype(np.int64)
+    gs, ge = pts[0::2], pts[1::2]  # sorted, disjoint gaps, as idle_intervals makes them
+    ss = np.sort(rng.integers(0, int(ge[-1]) + 1 if n else 10, n_sync)).astype(np.int64)
+    ss, se = idle.union_segments(ss, ss + rng.integers(0, 2_000_000, n_sync))
+    found = rng.random(n) < 0.7
+    issue_end = gs + rng.integers(-5_000, 5_000, n)
+    got = native.gap_causes(gs, ge, issue_end, found, sync=(ss, se), have_api=have_api,
+                            launch_tol_ns=idle.LAUNCH_TOL_NS, stall_ns=idle.STALL_NS,
+                            sync_cover=idle.SYNC_COVER)
+    dur = ge - gs
+    cover = idle.covered_ns(ss, se, gs, ge)
+    late = found & (issue_end >= gs - idle.LAUNCH_TOL_NS) if have_api else dur <= idle.STALL_NS
+    want = np.where(late, idle.LAUNCH_GAP, idle.OTHER).astype(np.uint8)
+    want[dur > idle.STALL_NS] = idle.HOST_STALL
+    want[(cover > 0) & (cover > idle.SYNC_COVER * dur)] = idle.SYNC_WAIT
+    assert np.array_equal(got, want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 300), st.booleans())
+def test_share_serial_is_share_one_at_a_time(seed: int, n: int, overlap: bool) -> None:
+    from attribution.engine.activity import _share_one_at_a_time
+
+    rng = np.random.default_rng(seed)
+    dur = rng.integers(0, 5_000, n)
+    s = np.cumsum(rng.integers(0, 3_000, n) + (0 if overlap else dur)).astype(np.int64)
+    e = s + dur
+    o = rng.permutation(n) if rng.random() < 0.5 else np.arange(n)
+    s, e = s[o], e[o]  # out of start order too
+    want = _share_one_at_a_time(s, e, 123)
+    got = native.share_serial(s, e, np.argsort(s, kind="stable").astype(np.int64), 123)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and got.tobytes() == want.tobytes()
+
+
+def test_gap_causes_at_the_rules_edges() -> None:
+    from attribution import idle
+
+    gs = np.array([0, 100, 200, 300, 2_000_000], np.int64)
+    ge = np.array([10, 110, 210, 1_300_001, 2_000_000 + idle.STALL_NS], np.int64)
+    ss = np.array([0, 104, 300], np.int64)  # half of gap 0, 6 of 10 of gap 1, all of gap 3
+    se = np.array([5, 110, 1_300_001], np.int64)
+    found = np.array([True, True, True, False, True])
+    issue_end = np.array([0, 100, 200 - idle.LAUNCH_TOL_NS - 1, 0,
+                          2_000_000 - idle.LAUNCH_TOL_NS], np.int64)
+    got = native.gap_causes(gs, ge, issue_end, found, sync=(ss, se), have_api=True,
+                            launch_tol_ns=idle.LAUNCH_TOL_NS, stall_ns=idle.STALL_NS,
+                            sync_cover=idle.SYNC_COVER)
+    # exactly half covered is not a sync wait; the tolerance is inclusive; a gap of exactly
+    # STALL_NS is not a stall
+    assert got.tolist() == [idle.LAUNCH_GAP, idle.SYNC_WAIT, idle.OTHER, idle.SYNC_WAIT,
+                            idle.LAUNCH_GAP]
