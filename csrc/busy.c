@@ -52,27 +52,6 @@ static Py_ssize_t locate(const double *x, Py_ssize_t len, double key, Py_ssize_t
     return x[hi] <= key ? hi : lo;
 }
 
-/* One value, as numpy's interp computes it once j is known. */
-static double value_at(const double *x, const double *y, Py_ssize_t len, Py_ssize_t j,
-                       double key, double left, double right)
-{
-    double slope, v;
-    if (j == -1)
-        return left;
-    if (j == len)
-        return right;
-    if (j == len - 1 || x[j] == key)
-        return y[j];
-    slope = (y[j + 1] - y[j]) / (x[j + 1] - x[j]);
-    v = slope * (key - x[j]) + y[j];
-    if (isnan(v)) {
-        v = slope * (key - x[j + 1]) + y[j + 1];
-        if (isnan(v) && y[j] == y[j + 1])
-            v = y[j];
-    }
-    return v;
-}
-
 #define COARSE_SHIFT 3
 /* locate() with a coarse index xc[c] = x[c << COARSE_SHIFT] (nc entries, small enough to
  * stay in cache): a query next to the previous answer is two comparisons; a jump searches
@@ -119,6 +98,93 @@ typedef struct {
     Py_ssize_t len, nc, j;
     double right;
 } ppw_group;
+
+/* gallop forward in x from j (x[j] <= key < x[len-1] known) */
+static Py_ssize_t gallop_fwd(const double *x, Py_ssize_t len, double key, Py_ssize_t j)
+{
+    Py_ssize_t lo = j, step = 1, hi;
+    while (lo + step < len && x[lo + step] <= key) {
+        lo += step;
+        step <<= 1;
+    }
+    hi = lo + step < len ? lo + step : len - 1;
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (x[mid] <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return x[hi] <= key ? hi : lo;
+}
+
+/* One row of queries (keys, mostly ascending) for one group, written to dst[c * step]:
+ * np.interp's values (left 0, right p->right).  The search resumes from the group's last
+ * answer: a query in the same or the next two segments costs a comparison or three, a
+ * nearby one a gallop, a far one the coarse index.  The segment's slope is reused while
+ * queries stay in it (the same expression, so the same bits). */
+static void interp_row(ppw_group *p, const double *keys, Py_ssize_t n_cols, double *dst,
+                       Py_ssize_t step)
+{
+    const double *x = p->x, *y = p->y;
+    Py_ssize_t len = p->len, j = p->j, js = -1, c;
+    double slope = 0.0;
+    if (len < 2) { /* no knots: 0; one knot: numpy's one-point rule */
+        for (c = 0; c < n_cols; c++) {
+            double key = keys[c];
+            dst[c * step] = len == 0 ? 0.0 : key < x[0] ? 0.0 : key > x[0] ? p->right : y[0];
+        }
+        return;
+    }
+    {
+        const double x0 = x[0], xl = x[len - 1], yl = y[len - 1], right = p->right;
+        if (j < 0)
+            j = 0;
+        if (j > len - 2)
+            j = len - 2;
+        for (c = 0; c < n_cols; c++) {
+            double key = keys[c], v;
+            if (!(key >= x0)) { /* before the first knot (or NaN, which numpy passes on) */
+                dst[c * step] = key != key ? key : 0.0;
+                continue;
+            }
+            if (key >= xl) {
+                dst[c * step] = key > xl ? right : yl;
+                continue;
+            }
+            /* x0 <= key < xl: the j in [0, len - 2] with x[j] <= key < x[j + 1] */
+            if (key < x[j]) {
+                j = locate2(x, len, p->xc, p->nc, key, j);
+            } else if (!(key < x[j + 1])) {
+                j++;
+                if (!(key < x[j + 1])) {
+                    j++;
+                    if (!(key < x[j + 1])) {
+                        Py_ssize_t far = j + 64 < len ? j + 64 : len - 1;
+                        j = x[far] <= key ? locate2(x, len, p->xc, p->nc, key, j)
+                                          : gallop_fwd(x, len, key, j);
+                    }
+                }
+            }
+            if (x[j] == key) {
+                v = y[j];
+            } else {
+                if (js != j) {
+                    slope = (y[j + 1] - y[j]) / (x[j + 1] - x[j]);
+                    js = j;
+                }
+                v = slope * (key - x[j]) + y[j];
+                if (isnan(v)) {
+                    v = slope * (key - x[j + 1]) + y[j + 1];
+                    if (isnan(v) && y[j] == y[j + 1])
+                        v = y[j];
+                }
+            }
+            dst[c * step] = v;
+        }
+        p->j = j;
+    }
+}
 
 /* interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)
  * For every group g (xs[g], ys[g]: its knots and B there; xcs[g]: x[g][::8]; an empty group
@@ -182,27 +248,25 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
     {
         const int64_t *t = bt.view.buf;
         double *out = bo.view.buf;
+        double *keys;
         Py_ssize_t r, c;
         Py_BEGIN_ALLOW_THREADS
-        for (g = 0; g < n_groups; g++) {
-            ppw_group *p = grp + g;
+        keys = malloc(sizeof(double) * (size_t)(n_cols > 0 ? n_cols : 1));
+        if (keys != NULL) {
             for (r = 0; r < n_rows; r++) {
                 const int64_t *tr = t + r * n_cols;
-                for (c = 0; c < n_cols; c++) {
-                    double key = (double)(tr[c] - (int64_t)origin) * 1e-9;
-                    double *dst = out + (c * n_rows + r) * n_groups + g;
-                    if (p->len == 0) {
-                        *dst = 0.0;
-                    } else if (isnan(key)) {
-                        *dst = key;
-                    } else {
-                        p->j = locate2(p->x, p->len, p->xc, p->nc, key, p->j);
-                        *dst = value_at(p->x, p->y, p->len, p->j, key, 0.0, p->right);
-                    }
-                }
+                for (c = 0; c < n_cols; c++)
+                    keys[c] = (double)(tr[c] - (int64_t)origin) * 1e-9;
+                for (g = 0; g < n_groups; g++)
+                    interp_row(grp + g, keys, n_cols, out + r * n_groups + g, n_rows * n_groups);
             }
         }
         Py_END_ALLOW_THREADS
+        if (keys == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        free(keys);
     }
     Py_INCREF(Py_None);
     result = Py_None;
