@@ -299,6 +299,7 @@ PyObject *ppw_knots_grouped(PyObject *self, PyObject *args)
     Py_ssize_t n_groups;
     ppw_buf bs, be, bg, bx, bb, boff, blen;
     Py_ssize_t *cursor = NULL;
+    double *sums = NULL, *last_t = NULL;
     int bad_group = 0;
     (void)self;
     if (!PyArg_ParseTuple(args, "OOOnLOOOO", &os, &oe, &og, &n_groups, &origin, &ox, &ob,
@@ -316,7 +317,9 @@ PyObject *ppw_knots_grouped(PyObject *self, PyObject *args)
         goto fail;
     }
     cursor = calloc((size_t)n_groups + 1, sizeof(Py_ssize_t));
-    if (cursor == NULL) {
+    sums = calloc((size_t)n_groups + 1, sizeof(double));
+    last_t = calloc((size_t)n_groups + 1, sizeof(double));
+    if (cursor == NULL || sums == NULL || last_t == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -341,45 +344,52 @@ PyObject *ppw_knots_grouped(PyObject *self, PyObject *args)
                 off[g + 1] = off[g] + 2 * (int64_t)cursor[g];
                 cursor[g] = (Py_ssize_t)off[g];
             }
+            /* one pass: each group's knots written as they come, checked, summed and
+             * de-duplicated on the way (equal times carry equal B: the sum adds 0.0) */
+            for (g = 0; g < n_groups; g++)
+                lens[g] = 0;
             for (i = 0; i < n; i++) {
-                Py_ssize_t k = cursor[grp[i]];
-                xo[k] = (double)(s[i] - o) * 1e-9;
-                xo[k + 1] = (double)(e[i] - o) * 1e-9;
-                cursor[grp[i]] = k + 2;
-            }
-            for (g = 0; g < n_groups; g++) {
-                double *ts = xo + off[g], *b = bo + off[g];
-                Py_ssize_t len = (Py_ssize_t)(off[g + 1] - off[g]), k, w = 0;
-                double acc = 0.0;
-                int serial = 1;
-                for (k = 0; k + 1 < len; k++) {
-                    if (!(ts[k + 1] - ts[k] >= 0.0)) {
-                        serial = 0;
-                        break;
-                    }
-                }
-                if (!serial) {
-                    lens[g] = -1;
+                int32_t gi = grp[i];
+                double ts = (double)(s[i] - o) * 1e-9, te = (double)(e[i] - o) * 1e-9;
+                double *xg, *bgp, acc;
+                Py_ssize_t w;
+                if (lens[gi] < 0)
+                    continue;
+                xg = xo + off[gi];
+                bgp = bo + off[gi];
+                w = (Py_ssize_t)lens[gi];
+                if (w > 0 && !(ts - last_t[gi] >= 0.0)) { /* steps back: not one at a time */
+                    lens[gi] = -1;
                     continue;
                 }
-                /* b[k] = Σ_{m<k} term[m], term = diff(ts) with the odd terms (end → next
-                 * start) 0.0, as numpy's cumsum adds them; keep k if ts[k+1] > ts[k] */
-                for (k = 0; k < len; k++) {
-                    double tk = ts[k];
-                    double dt = k + 1 < len ? ts[k + 1] - tk : 0.0;
-                    if (k + 1 == len || dt > 0.0) {
-                        ts[w] = tk;
-                        b[w] = acc;
-                        w++;
-                    }
-                    acc += (k & 1) ? 0.0 : dt;
+                if (!(te - ts >= 0.0)) {
+                    lens[gi] = -1;
+                    continue;
                 }
-                lens[g] = w;
+                acc = sums[gi];
+                if (w == 0 || ts != xg[w - 1]) {
+                    xg[w] = ts;
+                    bgp[w] = acc;
+                    w++;
+                }
+                acc += te - ts;
+                if (te != xg[w - 1]) {
+                    xg[w] = te;
+                    bgp[w] = acc;
+                    w++;
+                }
+                sums[gi] = acc + 0.0; /* the idle term to the next start */
+                last_t[gi] = te;
+                lens[gi] = w;
             }
         }
         Py_END_ALLOW_THREADS
     }
     free(cursor);
+    free(sums);
+    free(last_t);
+    cursor = NULL;
+    sums = last_t = NULL;
     if (bad_group) {
         PyErr_SetString(PyExc_ValueError, "knots_grouped: a group outside [0, n_groups)");
         goto fail;
@@ -400,5 +410,8 @@ fail:
     ppw_release(&bb);
     ppw_release(&boff);
     ppw_release(&blen);
+    free(cursor);
+    free(sums);
+    free(last_t);
     return NULL;
 }
