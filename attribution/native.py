@@ -158,3 +158,17 @@ def share_serial(start_ns: I64, end_ns: I64, order: I64, origin_ns: int) -> F64 
                              np.ascontiguousarray(end_ns, np.int64),
                              np.ascontiguousarray(order, np.int64), int(origin_ns), out)
     return out if ok else None
+
+
+def window_block(parts: list[tuple[F64, F64, F64]], t_ns: I64, cols_ns: I64, hi: I64, lo: I64,
+                 *, window_s: float, origin_ns: int) -> F64:
+    """``timebase.iter_window_fractions``' fraction table without the table of edge values:
+    ``out[k, r, g] = (B_g(t_r − cols[hi[k]]) − B_g(t_r − cols[lo[k]])) / window_s`` for the
+    groups' ``(x, b, coarse_index(x))`` (``cols_ns`` descending offsets, so each reading's
+    times ascend), shaped (len(hi), len(t_ns), groups): the same values, one pass."""
+    out = np.empty((len(hi), len(t_ns), len(parts)), np.float64)
+    _lib().window_block([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts],
+                        np.ascontiguousarray(t_ns, np.int64),
+                        np.ascontiguousarray(cols_ns, np.int64), np.ascontiguousarray(hi, np.int64),
+                        np.ascontiguousarray(lo, np.int64), float(window_s), int(origin_ns), out)
+    return out

@@ -285,6 +285,138 @@ done:
     return result;
 }
 
+/* The groups of (xs, ys, xcs): their knots, B there and coarse index, borrowed into grp
+ * (bufs: 3 per group, released by release_groups).  -1 with an exception set on a bad one. */
+static int parse_groups(PyObject *fx, PyObject *fy, PyObject *fxc, Py_ssize_t n_groups,
+                        ppw_buf *bufs, ppw_group *grp)
+{
+    Py_ssize_t g;
+    for (g = 0; g < n_groups; g++) {
+        ppw_buf *b = bufs + 3 * g;
+        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
+            return -1;
+        if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
+            PyErr_SetString(PyExc_ValueError, "interp_groups: a group's x, y, xc disagree");
+            return -1;
+        }
+        grp[g].x = b[0].view.buf;
+        grp[g].y = b[1].view.buf;
+        grp[g].xc = b[2].view.buf;
+        grp[g].len = b[0].n;
+        grp[g].nc = b[2].n;
+        grp[g].j = 0;
+        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
+    }
+    return 0;
+}
+
+/* window_block(xs, ys, xcs, t_ns, cols_ns, hi, lo, w_s, origin_ns, out)
+ * The lag search's window fractions without the table of edge values: for reading r the
+ * busy functions are read at t_ns[r] - cols_ns[c] (cols_ns descending, so the times ascend)
+ * into a row buffer, and out[k, r, g] = (B_g at edge hi[k] - B_g at edge lo[k]) / w_s,
+ * out shaped (len(hi), len(t_ns), groups): the same values as timebase's table form. */
+PyObject *ppw_window_block(PyObject *self, PyObject *args)
+{
+    PyObject *oxs, *oys, *oxcs, *ot, *ocols, *ohi, *olo, *oout;
+    PyObject *fx = NULL, *fy = NULL, *fxc = NULL, *result = NULL;
+    double w_s;
+    long long origin;
+    Py_ssize_t n_groups = 0, g;
+    ppw_buf bt, bcols, bhi, blo, bo, *bufs = NULL;
+    ppw_group *grp = NULL;
+    double *keys = NULL, *row = NULL;
+    (void)self;
+    bt.held = bcols.held = bhi.held = blo.held = bo.held = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOdLO", &oxs, &oys, &oxcs, &ot, &ocols, &ohi, &olo,
+                          &w_s, &origin, &oout))
+        return NULL;
+    fx = PySequence_Fast(oxs, "xs: a sequence");
+    fy = fx ? PySequence_Fast(oys, "ys: a sequence") : NULL;
+    fxc = fy ? PySequence_Fast(oxcs, "xcs: a sequence") : NULL;
+    if (fxc == NULL)
+        goto done;
+    n_groups = PySequence_Fast_GET_SIZE(fx);
+    if (PySequence_Fast_GET_SIZE(fy) != n_groups || PySequence_Fast_GET_SIZE(fxc) != n_groups
+        || n_groups < 1) {
+        PyErr_SetString(PyExc_ValueError, "window_block: xs, ys, xcs differ in length");
+        goto done;
+    }
+    bufs = calloc((size_t)(3 * n_groups), sizeof(ppw_buf));
+    grp = calloc((size_t)n_groups, sizeof(ppw_group));
+    if (bufs == NULL || grp == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (parse_groups(fx, fy, fxc, n_groups, bufs, grp) < 0)
+        goto done;
+    if (ppw_get(ot, &bt, 8, 0, "t_ns") < 0 || ppw_get(ocols, &bcols, 8, 0, "cols_ns") < 0
+        || ppw_get(ohi, &bhi, 8, 0, "hi") < 0 || ppw_get(olo, &blo, 8, 0, "lo") < 0
+        || ppw_get(oout, &bo, 8, 1, "out") < 0)
+        goto done;
+    if (blo.n != bhi.n || bo.n != bhi.n * bt.n * n_groups) {
+        PyErr_SetString(PyExc_ValueError, "window_block: inconsistent shapes");
+        goto done;
+    }
+    {
+        const int64_t *hi = bhi.view.buf, *lo = blo.view.buf;
+        Py_ssize_t k;
+        for (k = 0; k < bhi.n; k++) {
+            if (hi[k] < 0 || hi[k] >= bcols.n || lo[k] < 0 || lo[k] >= bcols.n) {
+                PyErr_SetString(PyExc_ValueError, "window_block: an edge index out of range");
+                goto done;
+            }
+        }
+    }
+    keys = malloc(sizeof(double) * (size_t)(bcols.n + 1));
+    row = malloc(sizeof(double) * (size_t)(bcols.n * n_groups + 1));
+    if (keys == NULL || row == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const int64_t *t = bt.view.buf, *cols = bcols.view.buf;
+        const int64_t *hi = bhi.view.buf, *lo = blo.view.buf;
+        double *out = bo.view.buf;
+        Py_ssize_t n = bt.n, n_cols = bcols.n, n_k = bhi.n, r, c, k;
+        Py_BEGIN_ALLOW_THREADS
+        for (r = 0; r < n; r++) {
+            for (c = 0; c < n_cols; c++)
+                keys[c] = (double)((t[r] - cols[c]) - (int64_t)origin) * 1e-9;
+            for (g = 0; g < n_groups; g++)
+                interp_row(grp + g, keys, n_cols, row + g, n_groups);
+            for (k = 0; k < n_k; k++) {
+                const double *a = row + hi[k] * n_groups, *b = row + lo[k] * n_groups;
+                double *dst = out + (k * n + r) * n_groups;
+                for (g = 0; g < n_groups; g++)
+                    dst[g] = (a[g] - b[g]) / w_s;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    if (bufs != NULL) {
+        for (g = 0; g < 3 * n_groups; g++)
+            ppw_release(bufs + g);
+    }
+    free(bufs);
+    free(grp);
+    free(keys);
+    free(row);
+    ppw_release(&bt);
+    ppw_release(&bcols);
+    ppw_release(&bhi);
+    ppw_release(&blo);
+    ppw_release(&bo);
+    Py_XDECREF(fx);
+    Py_XDECREF(fy);
+    Py_XDECREF(fxc);
+    return result;
+}
+
 /* knots_grouped(start_ns, end_ns, group, n_groups, origin_ns, x_out, b_out, off_out, len_out)
  * Items in row order, split by group (stable).  For group g the interleaved times
  * s0 e0 s1 e1 ... (seconds since origin) go to x_out[off_out[g]:], off_out[g] = 2 × the items

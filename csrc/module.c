@@ -31,6 +31,8 @@ static PyMethodDef methods[] = {
      "interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)"},
     {"knots_grouped", ppw_knots_grouped, METH_VARARGS,
      "knots_grouped(start_ns, end_ns, group, n_groups, origin_ns, x_out, b_out, off_out, len_out)"},
+    {"window_block", ppw_window_block, METH_VARARGS,
+     "window_block(xs, ys, xcs, t_ns, cols_ns, hi, lo, w_s, origin_ns, out)"},
     {"merge_order", ppw_merge_order, METH_VARARGS,
      "merge_order(start_ns, order_out) -> bool"},
     {"union_gaps", ppw_union_gaps, METH_VARARGS,

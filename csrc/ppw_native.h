@@ -25,6 +25,7 @@ void ppw_release(ppw_buf *b);
 
 PyObject *ppw_interp_groups(PyObject *self, PyObject *args);
 PyObject *ppw_knots_grouped(PyObject *self, PyObject *args);
+PyObject *ppw_window_block(PyObject *self, PyObject *args);
 PyObject *ppw_merge_order(PyObject *self, PyObject *args);
 PyObject *ppw_union_gaps(PyObject *self, PyObject *args);
 PyObject *ppw_issue_ends(PyObject *self, PyObject *args);

@@ -341,3 +341,26 @@ def test_gap_causes_at_the_rules_edges() -> None:
     # STALL_NS is not a stall
     assert got.tolist() == [idle.LAUNCH_GAP, idle.SYNC_WAIT, idle.OTHER, idle.SYNC_WAIT,
                             idle.LAUNCH_GAP]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 400), st.integers(1, 40), st.booleans())
+def test_window_fractions_both_ways(seed: int, n_items: int, n_readings: int,
+                                    spread: bool) -> None:
+    from attribution.engine.timebase import iter_window_fractions
+
+    rng = np.random.default_rng(seed)
+    dur = rng.integers(1, 3_000_000, n_items)
+    start = np.cumsum(rng.integers(0, 2_000_000, n_items) + dur) + 50_000_000
+    end = start + dur
+    group = rng.integers(0, 3, n_items).astype(np.int32)
+    t = np.sort(rng.integers(int(start[0]), int(end[-1]) + 80_000_000, n_readings))
+    sp = rng.integers(0, 8_000_000, n_readings) if spread else None
+    specs = [(float(d), float(tau)) for d in rng.uniform(-5, 40, 4)
+             for tau in rng.choice([0.0, 0.8, 3.0], 2)]
+    got = {}
+    for on in (False, True):
+        native.use(on)
+        bf = BusyFunction(start, end, group, 3, origin_ns=int(start[0]) - 999)
+        got[on] = [x.tobytes() for x in iter_window_fractions(bf, t, 25.0, specs, spread_ns=sp)]
+    assert got[True] == got[False]

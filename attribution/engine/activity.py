@@ -190,6 +190,18 @@ class BusyFunction:
             out[:, :, g] = v.reshape(shape).T
         return out
 
+    def window_block(self, t_ns: I64, cols_ns: I64, hi: I64, lo: I64, window_s: float
+                     ) -> F64 | None:
+        """``(B(t − cols[hi]) − B(t − cols[lo])) / window_s`` for every reading, (len(hi),
+        len(t), groups), by the compiled sweeps (None when they are off: the caller reads the
+        edges itself); ``cols_ns`` descending."""
+        if not native.enabled() or not self.n_groups:
+            return None
+        if self._coarse is None:
+            self._coarse = [(x, b, native.coarse_index(x)) for x, b in self._parts]
+        return native.window_block(self._coarse, t_ns, cols_ns, hi, lo, window_s=window_s,
+                                   origin_ns=self.origin_ns)
+
     def _native(self, t_ns: I64, n_rows: int, n_cols: int) -> F64:
         """The compiled form of :meth:`_values` (same bits): (n_cols, n_rows, groups) for
         queries in (n_rows, n_cols) row order, whatever the queries' order."""

@@ -215,19 +215,23 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         offs = np.concatenate([p[0] for p in plans[i:j]])
         asc = np.unique(np.concatenate([offs, offs + w_ns]))
         cols = asc[::-1]  # descending offsets: ascending times within each reading
-        q = (t_ns[:, None] - cols[None, :]).reshape(-1)
-        # (edge, reading, group), then every pair's (delay, reading, group) fractions
-        by_group = getattr(busy, "by_group", None)
-        if by_group is not None:
-            vals = by_group(q, (n, len(cols)))
-        else:
-            v = busy(q)
-            vals = np.ascontiguousarray(v.reshape(n, len(cols), v.shape[-1]).transpose(1, 0, 2))
         ih = len(cols) - 1 - np.searchsorted(asc, offs)
         il = len(cols) - 1 - np.searchsorted(asc, offs + w_ns)
-        frac = vals[ih]
-        frac -= vals[il]
-        frac /= window_ms * 1e-3
+        block = getattr(busy, "window_block", None)
+        frac = block(t_ns, cols, ih, il, window_ms * 1e-3) if block is not None else None
+        if frac is None:
+            q = (t_ns[:, None] - cols[None, :]).reshape(-1)
+            # (edge, reading, group), then every pair's (delay, reading, group) fractions
+            by_group = getattr(busy, "by_group", None)
+            if by_group is not None:
+                vals = by_group(q, (n, len(cols)))
+            else:
+                v = busy(q)
+                vals = np.ascontiguousarray(v.reshape(n, len(cols), v.shape[-1])
+                                            .transpose(1, 0, 2))
+            frac = vals[ih]
+            frac -= vals[il]
+            frac /= window_ms * 1e-3
         at = 0
         for off, wt in plans[i:j]:
             if len(off) == 1 and wt[0] == 1.0:  # τ = 0: one delay of weight 1 (1·x is x)
