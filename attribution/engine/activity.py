@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from attribution import native
-from attribution.intsets import unique_inverse
+from attribution.intsets import SPAN_PER_VALUE, unique_inverse
 from attribution.model import F64, I32, I64, MemKind, Trace
 
 KERNEL, COPY, MEMSET = 0, 1, 2
@@ -62,10 +62,13 @@ def items_for_device(trace: Trace, device: int) -> Items:
     from attribution.model import CopyKind
 
     k, c, m = trace.kernels, trace.copies, trace.memsets
-    km, cm, mm = k.device == device, c.device == device, m.device == device
-    k_rows, c_rows, m_rows = np.flatnonzero(km), np.flatnonzero(cm), np.flatnonzero(mm)
+    k_rows = _device_rows(k.device, device)
+    c_rows, m_rows = np.flatnonzero(c.device == device), np.flatnonzero(m.device == device)
     # one device (the common case): its kernel columns as they are, no gather
-    k_sel = slice(None) if len(k_rows) == len(k) else k_rows
+    k_sel = slice(None) if k_rows is None else k_rows
+    nk = len(k) if k_rows is None else len(k_rows)
+    nc, nm = len(c_rows), len(m_rows)
+    n_all = nk + nc + nm
     labels: list[str] = []
     src: list[int] = []
     keys: list[tuple[str, str]] = []
@@ -81,11 +84,18 @@ def items_for_device(trace: Trace, device: int) -> Items:
             keys.append(key)
         return i
 
-    # kernels: one class per name id
+    cls = np.empty(n_all, np.int32)
+    # kernels: one class per name id (ids in sorted order, as np.unique gives them)
     kid = k.name_id[k_sel]
-    uk, kinv = unique_inverse(kid)
+    uk, kinv = _distinct_ids(kid)
     names = [_name(trace, int(u)) for u in uk.tolist()]
     kmap = np.array([add("kernel:" + n, KERNEL, (n, "")) for n in names], dtype=np.int32)
+    if kinv is not None:
+        cls[:nk] = kmap[kinv]
+    elif nk:
+        lut = np.zeros(int(uk[-1]) + 1, np.int32)  # name id → class
+        lut[uk] = kmap
+        np.take(lut, kid, out=cls[:nk], mode="clip")  # every id is in the table
     # copies: one class per (kind, memory label)
     ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
             + c.dst_mem[c_rows].astype(np.int64))
@@ -96,30 +106,64 @@ def items_for_device(trace: Trace, device: int) -> Items:
         kind = CopyKind(kv).label if kv in CopyKind._value2member_map_ else "other"
         mem = copy_memory_label((int(u) // 8) % 8, int(u) % 8)
         cl.append(add(f"copy:{kind}/{mem}", COPY, (kind, mem)))
-    cmap = np.array(cl, dtype=np.int32)
+    if nc:
+        cls[nk:nk + nc] = np.array(cl, dtype=np.int32)[cinv]
     mkey = m.mem[m_rows].astype(np.int64)
     um, minv = unique_inverse(mkey)
     ml: list[int] = []
     for u in um:
         mem = MemKind(int(u)).label if int(u) in MemKind._value2member_map_ else "unknown"
         ml.append(add(f"copy:memset/{mem}", MEMSET, ("memset", mem)))
-    mmap = np.array(ml, dtype=np.int32)
-    cls = np.concatenate([kmap[kinv] if len(kmap) else np.empty(0, np.int32),
-                          cmap[cinv] if len(cmap) else np.empty(0, np.int32),
-                          mmap[minv] if len(mmap) else np.empty(0, np.int32)])
+    if nm:
+        cls[nk + nc:] = np.array(ml, dtype=np.int32)[minv]
+    source = np.empty(n_all, np.int32)
+    source[:nk] = KERNEL
+    source[nk:nk + nc] = COPY
+    source[nk + nc:] = MEMSET
+    row = np.arange(n_all, dtype=np.int64) if k_rows is None else np.empty(n_all, np.int64)
+    if k_rows is not None:
+        row[:nk] = k_rows
+    row[nk:nk + nc] = c_rows
+    row[nk + nc:] = m_rows
     return Items(
         device=device,
         start_ns=np.concatenate([k.start_ns[k_sel], c.start_ns[c_rows], m.start_ns[m_rows]]),
         end_ns=np.concatenate([k.end_ns[k_sel], c.end_ns[c_rows], m.end_ns[m_rows]]),
-        source=np.concatenate([np.full(len(k_rows), KERNEL, np.int32),
-                               np.full(len(c_rows), COPY, np.int32),
-                               np.full(len(m_rows), MEMSET, np.int32)]),
-        row=np.concatenate([k_rows, c_rows, m_rows]).astype(np.int64, copy=False),
-        cls=cls.astype(np.int32, copy=False),
+        source=source,
+        row=row,
+        cls=cls,
         labels=tuple(labels),
         class_source=tuple(src),
         class_key=tuple(keys),
     )
+
+
+FEW_IDS = 12
+"""Up to this many distinct values in a column's range, count each with one comparison
+(0.15 ms per value at 1 M rows) rather than one ``bincount`` (2-3 ms)."""
+
+
+def _device_rows(device_col: np.ndarray, device: int) -> I64 | None:
+    """The rows of a batch on ``device``; None when that is every row (no index built)."""
+    on = device_col == device
+    if int(np.count_nonzero(on)) == len(device_col):
+        return None
+    return np.flatnonzero(on)
+
+
+def _distinct_ids(ids: np.ndarray) -> tuple[I64, I64 | None]:
+    """The sorted distinct values of an id column (as ``np.unique``) and, where they do not
+    span a small range of non-negative ids, the index of each row's value among them (None:
+    the caller maps the rows through a table indexed by the id itself, one gather)."""
+    if len(ids) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi > SPAN_PER_VALUE * len(ids) + 1024:
+        return unique_inverse(ids)
+    if hi - lo < FEW_IDS:
+        seen = [v for v in range(lo, hi + 1) if v in (lo, hi) or bool(np.any(ids == v))]
+        return np.array(seen, np.int64), None
+    return np.flatnonzero(np.bincount(ids, minlength=hi + 1)).astype(np.int64), None
 
 
 def _name(trace: Trace, name_id: int) -> str:

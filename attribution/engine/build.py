@@ -14,9 +14,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from attribution.engine import publish_grid, regress
 from attribution.engine.activity import (
+    FEW_IDS,
     KERNEL,
     BusyFunction,
     Items,
@@ -107,6 +109,12 @@ class DeviceResult:
     response_ms: float  # fitted board response time constant τ
     busy: Callable[[I64], F64]  # B_g(t), seconds per group
     clusters: tuple[tuple[str, ...], ...]
+    class_calls: I64
+    """Items per class."""
+    class_time_s: F64
+    """Σ item durations per class (the items' own, not clipped to the window), in row order."""
+    class_energy_j: F64
+    """Σ item energies per class, in row order."""
     slow_response: tuple[float, float] = (0.0, 0.0)
     """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     boost_tail_j: float = 0.0
@@ -294,24 +302,99 @@ def group_kinds(order: I64, group: I32, n_groups: int, unit_kind: I64) -> I32:
     return kind
 
 
-def _unit_groups(items: Items, clamped: B) -> tuple[I32, I32, I32, int]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Units:
+    """:func:`_unit_groups`' result."""
+
+    item_group: I32  # item → group
+    class_group: I32  # class → main group
+    kind: I32  # group → prior kind
+    n_groups: int
+    class_calls: I64  # items per class
+    whole_classes: bool
+    """Every class's items are in one group (no clamped kernel: the common case)."""
+
+
+def _class_counts(cls: I32, n_cls: int) -> I64:
+    """``np.bincount(cls, minlength=n_cls)``: with few classes one comparison per class,
+    cheaper than the bincount's cast of the column and its scattered counts."""
+    if n_cls <= FEW_IDS:
+        return np.array([np.count_nonzero(cls == c) for c in range(n_cls)], np.int64)
+    return np.bincount(cls, minlength=n_cls).astype(np.int64, copy=False)
+
+
+def _unit_groups(items: Items, clamped: B, key: npt.NDArray[np.intp], duration_ns_f: F64
+                 ) -> _Units:
     """Regressor units: one per class and clamp state (kernels only are split), ranked into
-    groups by :func:`rank_units`.  Returns (item → group, class → main group, group → prior
-    kind, groups); the prior kind is ``2 × source + clamped`` (kernels and copies, free and
-    clamped, each get their own pooled ΔP prior centre)."""
+    groups by :func:`rank_units`; the prior kind is ``2 × source + clamped`` (kernels and
+    copies, free and clamped, each get their own pooled ΔP prior centre).  ``key``: the
+    items' classes as intp; ``duration_ns_f``: their durations as float64 ns."""
     n_cls = len(items.labels)
-    st = (clamped & (items.source == KERNEL)).astype(np.int64)
-    unit = items.cls.astype(np.int64) * 2 + st
-    t = np.asarray(np.bincount(unit, weights=items.duration_ns.astype(np.float64),
-                               minlength=2 * n_cls), np.float64)
-    present = np.bincount(unit, minlength=2 * n_cls) > 0
+    # kernels come first (a key of the column's dtype: a Python int would convert the column)
+    n_kernels = int(np.searchsorted(items.source, np.asarray(KERNEL, items.source.dtype),
+                                    side="right"))
+    whole = bool(len(items)) and not bool(clamped[:n_kernels].any())
+    t = np.zeros(2 * n_cls)
+    present = np.zeros(2 * n_cls, bool)
+    if whole:
+        # no clamped unit: unit 2c holds class c's items, 2c + 1 none; the bins are those of
+        # the general form's bincounts (each class's items in row order)
+        calls = _class_counts(items.cls, n_cls)
+        t[0::2] = np.bincount(key, weights=duration_ns_f, minlength=n_cls)
+        present[0::2] = calls > 0
+    else:
+        st = (clamped & (items.source == KERNEL)).astype(np.int64)
+        unit = items.cls.astype(np.int64) * 2 + st
+        t[:] = np.bincount(unit, weights=duration_ns_f, minlength=2 * n_cls)
+        counts = np.bincount(unit, minlength=2 * n_cls)
+        present[:] = counts > 0
+        calls = (counts[0::2] + counts[1::2]).astype(np.int64, copy=False)
     order, group_of_unit, n_groups = rank_units(t, np.repeat(label_ranks(items.labels), 2),
                                                 np.arange(2 * n_cls) % 2 == 1, present)
     class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
     kind = group_kinds(order, group_of_unit, n_groups,
                        2 * np.asarray(items.class_source)[order // 2] + order % 2)
-    item_group = group_of_unit[unit] if len(items) else np.empty(0, np.int32)
-    return (item_group, class_group.astype(np.int32), kind, n_groups)
+    if whole:
+        item_group = np.take(group_of_unit[0::2], items.cls)
+    else:
+        item_group = group_of_unit[unit] if len(items) else np.empty(0, np.int32)
+    return _Units(item_group, class_group.astype(np.int32), kind, n_groups, calls, whole)
+
+
+def _float_diff(a: I64, b: I64) -> F64:
+    """``(a - b).astype(np.float64)`` in one pass (the difference in int64, then cast)."""
+    out = np.empty(len(a), np.float64)
+    np.subtract(a, b, out=out, casting="unsafe")
+    return out
+
+
+def _class_times(items: Items, s_ns: I64, e_ns: I64, *, units: _Units,
+                 key: npt.NDArray[np.intp], duration_ns_f: F64) -> tuple[F64, F64, F64]:
+    """(each item's duration in seconds over the window, group × class busy time in seconds
+    (class energy = Σ_g ΔP_g × time[g, c]), each class's time over its whole items (the
+    rows' ``time_s``)).  ``s_ns``/``e_ns``: the items clipped to the window (the items' own
+    columns when none needed it); ``duration_ns_f`` (the unclipped durations) is scaled to
+    seconds in place when it is the first."""
+    n_cls, n_groups = len(items.labels), units.n_groups
+    whole = s_ns is items.start_ns and e_ns is items.end_ns
+    if whole:
+        dur_s = np.multiply(duration_ns_f, 1e-9, out=duration_ns_f)
+    else:
+        dur_s = (e_ns - s_ns).astype(np.float64) * 1e-9
+    class_s = np.asarray(np.bincount(key, weights=dur_s, minlength=n_cls), np.float64)
+    if units.whole_classes:
+        # each class's items in one group: its bin of the group × class bincount is its
+        # bin here (the same items in the same order), the other bins are empty
+        g_c_time = np.zeros((n_groups, n_cls), np.float64)
+        on = np.flatnonzero(units.class_calls > 0)
+        g_c_time[units.class_group[on], on] = class_s[on]
+    else:
+        g_c_time = np.bincount(units.item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
+                               weights=dur_s, minlength=n_groups * n_cls
+                               ).astype(np.float64, copy=False).reshape(n_groups, n_cls)
+    rows_s = class_s if whole else np.asarray(
+        np.bincount(key, weights=duration_ns_f * 1e-9, minlength=n_cls), np.float64)
+    return dur_s, g_c_time, rows_s
 
 
 def _clipped(items: Items, win: tuple[int, int]) -> tuple[I64, I64]:
@@ -340,7 +423,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     items = items_for_device(trace, device)
     n_cls = len(items.labels)
     clamped = clamped_items(trace, device, items.start_ns)
-    item_group, group, group_kind, n_groups = _unit_groups(items, clamped)
+    key = items.cls.astype(np.intp)  # the per-class bincounts' key (each would cast to it)
+    duration_ns_f = _float_diff(items.end_ns, items.start_ns)
+    units = _unit_groups(items, clamped, key, duration_ns_f)
+    item_group, group, group_kind, n_groups = (units.item_group, units.class_group, units.kind,
+                                               units.n_groups)
     origin = win[0]
     s_ns, e_ns = _clipped(items, win)
 
@@ -353,11 +440,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                                                                          np.int32)
     t_k, y = rd.t_ns[idx], rd.power_w[idx]
     prior = preset.active_idle_w if preset is not None else None
-    dur_s = (e_ns - s_ns).astype(np.float64) * 1e-9
     # group × class busy time: class energy = Σ_g ΔP_g × time[g, c]
-    g_c_time: F64 = np.bincount(item_group.astype(np.int64) * max(n_cls, 1) + items.cls,
-                                weights=dur_s, minlength=n_groups * n_cls
-                                ).astype(np.float64, copy=False).reshape(n_groups, n_cls)
+    dur_s, g_c_time, class_time_s = _class_times(items, s_ns, e_ns, units=units, key=key,
+                                                 duration_ns_f=duration_ns_f)
     lag, tau = 1.5, 0.0
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
@@ -526,9 +611,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
                       "model; the interval spans the fits with and without them"
                       if preset is not None and preset.consumer_boost else None))
-    item_dyn = np.asarray(dp, np.float64)[item_group] * dur_s if len(items) else np.zeros(0)
-    share = idle_share_s(s_ns, e_ns, origin)
-    item_energy = item_dyn + p_idle * share
+    item_dyn, item_energy = _item_energies(np.asarray(dp, np.float64), item_group, dur_s,
+                                           p_idle, idle_share_s(s_ns, e_ns, origin))
     names = tuple(tuple(items.labels[c] for c in range(n_cls) if int(group[c]) in comp)
                   for comp in clusters)
     return DeviceResult(
@@ -545,7 +629,21 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
         item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
         clusters=names, item_group=item_group, slow_response=slow, boost_tail_j=tail_j,
+        class_calls=units.class_calls, class_time_s=class_time_s,
+        class_energy_j=np.asarray(np.bincount(key, weights=item_energy, minlength=n_cls),
+                                  np.float64),
     )
+
+
+def _item_energies(dp_w: F64, item_group: I32, dur_s: F64, p_idle_w: float, share_s: F64
+                   ) -> tuple[F64, F64]:
+    """Each item's dynamic energy ``ΔP_g × duration`` and full energy (dynamic + ``P_idle`` ×
+    time share), the latter written over ``share_s`` (the caller's, fresh: one array less)."""
+    dyn = np.take(dp_w, item_group)
+    np.multiply(dyn, dur_s, out=dyn)
+    full = np.multiply(p_idle_w, share_s, out=share_s)
+    np.add(dyn, full, out=full)
+    return dyn, full
 
 
 def _idle_power_w(results: tuple[DeviceResult, ...], device: I64 | np.ndarray) -> F64:
@@ -580,17 +678,21 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     idle_e = _idle_power_w(results, idle.device) * idle.duration_ns.astype(np.float64) * 1e-9
     out: dict[int, tuple[F64, F64]] = {}
     for src, batch in ((0, trace.kernels), (1, trace.copies), (2, trace.memsets)):
+        # items come kernels, then copies, then memsets (items_for_device), rows ascending
+        spans: list[tuple[DeviceResult, int, int]] = []
+        for r in results:
+            a, b = np.searchsorted(r.items.source, np.array([src, src + 1], r.items.source.dtype))
+            spans.append((r, int(a), int(b)))
+        whole = [(r, a, b) for r, a, b in spans if len(batch) and b - a == len(batch)]
+        if whole:  # every row of the batch is on this device, in order: its arrays, no copy
+            r, a, b = whole[0]
+            out[src] = (r.item_dynamic_j[a:b], r.item_energy_j[a:b])
+            continue
         dyn = np.zeros(len(batch))
         full = np.zeros(len(batch))
-        for r in results:
-            # items come kernels, then copies, then memsets (items_for_device), rows ascending
-            a, b = np.searchsorted(r.items.source, [src, src + 1])
-            if b - a == len(batch):  # every row of the batch is on this device, in order
-                dyn[:] = r.item_dynamic_j[a:b]
-                full[:] = r.item_energy_j[a:b]
-            else:
-                dyn[r.items.row[a:b]] = r.item_dynamic_j[a:b]
-                full[r.items.row[a:b]] = r.item_energy_j[a:b]
+        for r, a, b in spans:
+            dyn[r.items.row[a:b]] = r.item_dynamic_j[a:b]
+            full[r.items.row[a:b]] = r.item_energy_j[a:b]
         out[src] = (dyn, full)
     return Arrays(
         window_start_ns=win[0], window_end_ns=win[1],

@@ -36,18 +36,18 @@ from attribution.steps import step_stats
 def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], list[CopyRow]]:
     it = r.items
     n_cls = len(it.labels)
-    dur_s = it.duration_ns.astype(np.float64) * 1e-9
-    calls = np.bincount(it.cls, minlength=n_cls)
-    time_s = np.bincount(it.cls, weights=dur_s, minlength=n_cls)
-    energy = np.bincount(it.cls, weights=r.item_energy_j, minlength=n_cls)
+    # the engine's per-class sums (the same bincounts this took over the items)
+    calls, time_s, energy = r.class_calls, r.class_time_s, r.class_energy_j
     nbytes = np.zeros(n_cls, np.int64)
     from attribution.engine.activity import COPY, MEMSET
 
     for src, batch in ((COPY, trace.copies), (MEMSET, trace.memsets)):
-        m = it.source == src
-        if bool(m.any()):
-            nbytes += np.bincount(it.cls[m], weights=batch.bytes[it.row[m]].astype(np.float64),
-                                  minlength=n_cls).astype(np.int64)
+        # items come kernels, then copies, then memsets: each source's items are one slice
+        a, b = (int(i) for i in np.searchsorted(it.source, np.array([src, src + 1],
+                                                                    it.source.dtype)))
+        if b > a:
+            nbytes += np.bincount(it.cls[a:b], weights=batch.bytes[it.row[a:b]].astype(
+                np.float64), minlength=n_cls).astype(np.int64)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     for c in range(n_cls):
@@ -68,6 +68,65 @@ def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], l
                 time_s=t, energy_j=float(energy[c]), dynamic_energy_j=float(r.class_dynamic_j[c]),
                 dynamic_energy_ci_j=ci, resolvable=r.class_resolvable[c]))
     return kernels, copies
+
+
+def _idle_sums(arrays: Arrays) -> dict[tuple[int, int], tuple[int, float, int]]:
+    """Per (device, cause index) of the results' devices and ``IDLE_CAUSES``: (Σ gap ns as
+    int64 adds them, Σ gap energy as ``x[gaps].sum()`` adds it, gaps), over that device's
+    gaps of that cause in gap order."""
+    idle = arrays.idle
+    causes = len(IDLE_CAUSES)
+    energy_j = arrays.idle_energy_j
+    out: dict[tuple[int, int], tuple[int, float, int]] = {}
+    if len(arrays.devices) == 1 and causes:
+        # one device: each cause's gaps picked in gap order, as the stable sort below does
+        dev = arrays.devices[0].device
+        on = idle.device == dev
+        code = idle.cause  # the gap's cause; ``causes``: not in any row
+        if int(np.count_nonzero(on)) < len(idle) or (len(idle) and int(code.max()) >= causes):
+            code = np.where(on & (code < causes), code, causes).astype(np.uint8)
+        counts = [int(np.count_nonzero(code == ci)) for ci in range(causes)]
+        big = int(np.argmax(counts))
+        # the largest cause's gaps by one search, the rest's within the others (few)
+        others = np.flatnonzero(code != big)
+        other_code = code[others]
+        ns: list[int] = [0] * causes
+        for ci in range(causes):
+            if ci != big:
+                m = others[other_code == ci]
+                ns[ci] = int((idle.end_ns[m] - idle.start_ns[m]).sum())
+                out[dev, ci] = (ns[ci], float(energy_j[m].sum()), counts[ci])
+        m = others[other_code == causes]
+        rest_ns = int((idle.end_ns[m] - idle.start_ns[m]).sum())
+        # an integer sum does not depend on the order (int64 wraps alike): the largest
+        # cause's is the total less the others'
+        total = int(idle.end_ns.sum()) - int(idle.start_ns.sum())
+        big_j = (energy_j if counts[big] == len(idle) else energy_j.compress(code == big)).sum()
+        out[dev, big] = (_wrap_int64(total - sum(ns) - rest_ns), float(big_j), counts[big])
+        return out
+    # the gaps of each (device, cause), in gap order: one stable sort, then slices (the same
+    # elements in the same order as a mask, so the same sums)
+    dev_ix = {r.device: i for i, r in enumerate(arrays.devices)}
+    lut = np.full(1 << 16, len(dev_ix), np.int64)  # device columns are int16
+    for d, i in dev_ix.items():
+        lut[d & 0xFFFF] = i
+    slot = lut[idle.device.astype(np.int64) & 0xFFFF]
+    key = np.where(idle.cause < causes, slot * causes + idle.cause, (len(dev_ix) + 1) * causes)
+    n_keys = (len(dev_ix) + 1) * causes + 1
+    by_key = np.argsort(key.astype(np.uint8 if n_keys <= 256 else np.int64), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))]
+    dur_ns = idle.duration_ns
+    for d, i in dev_ix.items():
+        for ci in range(causes):
+            j = i * causes + ci
+            m = by_key[bounds[j]:bounds[j + 1]]
+            out[d, ci] = (int(dur_ns[m].sum()), float(energy_j[m].sum()), len(m))
+    return out
+
+
+def _wrap_int64(x: int) -> int:
+    """``x`` as int64 arithmetic leaves it (modulo 2⁶⁴, signed)."""
+    return (x + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def close_totals(kernels: list[KernelRow], copies: list[CopyRow], idle: list[IdleRow], *,
@@ -98,34 +157,15 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
     gpus: list[GpuInfo] = []
     measured = 0.0
     have_measured = bool(arrays.devices) and arrays.has_power
-    idle = arrays.idle
-    # the gaps of each (device, cause), in gap order: one stable sort, then slices (the same
-    # elements in the same order as a mask, so the same sums)
-    causes = len(IDLE_CAUSES)
-    dev_ix = {r.device: i for i, r in enumerate(arrays.devices)}
-    if len(dev_ix) == 1:
-        slot = np.where(idle.device == arrays.devices[0].device, 0, 1)
-    else:
-        lut = np.full(1 << 16, len(dev_ix), np.int64)  # device columns are int16
-        for d, i in dev_ix.items():
-            lut[d & 0xFFFF] = i
-        slot = lut[idle.device.astype(np.int64) & 0xFFFF]
-    key = np.where(idle.cause < causes, slot * causes + idle.cause, (len(dev_ix) + 1) * causes)
-    n_keys = (len(dev_ix) + 1) * causes + 1
-    by_key = np.argsort(key.astype(np.uint8 if n_keys <= 256 else np.int64), kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))]
-    dur_ns = idle.duration_ns
+    idle_sums = _idle_sums(arrays)
     for r in arrays.devices:
         k, c = _kernel_copy_rows(trace, r)
         kernels += k
         copies += c
         for ci, cause in enumerate(IDLE_CAUSES):
-            j = dev_ix[r.device] * causes + ci
-            m = by_key[bounds[j]:bounds[j + 1]]
-            idle_rows.append(IdleRow(
-                cause=cause, gpu=r.device,
-                time_s=float(dur_ns[m].sum()) * 1e-9,
-                energy_j=float(arrays.idle_energy_j[m].sum()), count=len(m)))
+            ns, e_j, count = idle_sums[r.device, ci]
+            idle_rows.append(IdleRow(cause=cause, gpu=r.device, time_s=float(ns) * 1e-9,
+                                     energy_j=e_j, count=count))
         s = r.sensor
         gpus.append(GpuInfo(r.device, r.name, r.model,
                             SensorInfo(s.field, s.period_ms, s.window_ms, s.lag_ms)))
