@@ -1,11 +1,12 @@
 """Set operations on integer columns in linear time when their values span a small range.
 
-Owns :func:`distinct_ints` and :func:`unique_inverse`: the results of ``np.unique`` (sorted
-distinct values; and the inverse index) computed with one ``bincount`` instead of a hash or a
-sort when the values lie in a range not much larger than the column (device indices, name
-ids, class ids: the engine's common case), and by ``np.unique`` otherwise; and
-:func:`count_le_sorted`, ``searchsorted(..., side="right")`` of many sorted times among a
-few sorted boundaries (gaps among sync calls or storms) by counting instead of searching.
+Owns :func:`distinct_ints`, :func:`unique_inverse` and :func:`value_counts`: the results of
+``np.unique`` (sorted distinct values; and the inverse index, or the counts) computed with one
+``bincount`` instead of a hash or a sort when the values lie in a range not much larger than
+the column (device indices, name ids, class ids: the engine's common case), and by
+``np.unique`` otherwise; and :func:`count_le_sorted`, ``searchsorted(..., side="right")`` of
+many sorted times among a few sorted boundaries (gaps among sync calls or storms) by counting
+instead of searching.
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def unique_inverse(a: np.ndarray) -> tuple[I64, I64]:
     present = np.bincount(rel, minlength=hi - lo + 1) > 0
     rank = np.cumsum(present) - 1
     return np.flatnonzero(present) + lo, rank[rel].astype(np.int64, copy=False)
+
+
+def value_counts(a: np.ndarray) -> tuple[I64, I64]:
+    """``np.unique(a, return_counts=True)`` of an integer column: (sorted distinct values as
+    int64, how many times each occurs as int64)."""
+    if len(a) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    span = _span(a)
+    if span is None:
+        u, c = np.unique(a, return_counts=True)
+        return u.astype(np.int64), c.astype(np.int64)
+    lo, hi = span
+    cnt = np.bincount(a.astype(np.intp, copy=False) - lo, minlength=hi - lo + 1)
+    at = np.flatnonzero(cnt)
+    return at + lo, cnt[at].astype(np.int64, copy=False)
 
 
 def count_le_sorted(sorted_a: np.ndarray, t_sorted: np.ndarray) -> I64:

@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from attribution.intsets import count_le_sorted, distinct_ints, unique_inverse
+from attribution.intsets import count_le_sorted, distinct_ints, value_counts
 from attribution.model import I64
 from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges
 
@@ -47,43 +47,25 @@ def find_storms(inp: RankInputs) -> tuple[Storms, dict[str, int]]:
     kb = inp.trace.kernels
     out: list[tuple[I64, I64, I64, I64, I64]] = []
     names: dict[str, int] = {}
-    for dev in distinct_ints(kb.device).tolist():
-        idx = np.flatnonzero(kb.device == dev)
-        s = kb.start_ns[idx]
+    devs = distinct_ints(kb.device).tolist()
+    for dev in devs:
+        # one GPU (the common case): its columns as they are, no gather
+        idx = None if len(devs) == 1 else np.flatnonzero(kb.device == dev)
+        s = kb.start_ns if idx is None else kb.start_ns[idx]
         if not bool(np.all(s[1:] >= s[:-1])):
-            idx = idx[np.argsort(s, kind="stable")]
+            o = np.argsort(s, kind="stable")
+            idx = o if idx is None else idx[o]
             s = kb.start_ns[idx]
-        e = kb.end_ns[idx]
-        d = e - s
+        e = kb.end_ns if idx is None else kb.end_ns[idx]
         if len(s) < MIN_RUN:
             continue
-        short = d < SHORT_NS
-        gap = s[1:] - np.maximum.accumulate(e)[:-1]
-        link = short[:-1] & short[1:] & (gap < MAX_GAP_NS)
-        run = np.concatenate([[0], np.cumsum(~link)])  # run id per kernel
-        first = np.flatnonzero(np.concatenate([[True], ~link]))
-        n = np.bincount(run)
-        last = first + n - 1
-        cand = np.flatnonzero((n >= MIN_RUN) & short[first])
-        if len(cand) == 0:
+        got = _device_storms(s, e)
+        if got is None:
             continue
-        # median under TINY_NS <=> more than half the run's kernels are under it; integer
-        # sums over the candidate runs only (prefix sums: exact)
-        tiny_c = np.r_[0, np.cumsum(d < TINY_NS)]
-        d_c = np.r_[0, np.cumsum(d)]
-        tiny_n = tiny_c[last[cand] + 1] - tiny_c[first[cand]]
-        span = e[last[cand]] - s[first[cand]]
-        busy = d_c[last[cand] + 1] - d_c[first[cand]]
-        ok = (2 * tiny_n > n[cand]) & (span > 0) & ((span - busy) >= MIN_GAP_SHARE * span)
-        cand = cand[ok]
-        if len(cand) == 0:
-            continue
-        out.append((np.full(len(cand), dev, np.int64), s[first[cand]], e[last[cand]],
-                    n[cand].astype(np.int64), busy[ok].astype(np.int64)))
-        storm_run = np.zeros(len(n), bool)
-        storm_run[cand] = True
-        ids, inv = unique_inverse(kb.name_id[idx[storm_run[run]]])
-        cnt = np.bincount(inv, minlength=len(ids))
+        first, last, n, busy, members = got
+        out.append((np.full(len(first), dev, np.int64), s[first], e[last],
+                    n.astype(np.int64), busy.astype(np.int64)))
+        ids, cnt = value_counts(kb.name_id[members if idx is None else idx[members]])
         for i, c in zip(ids.tolist(), cnt.tolist(), strict=True):
             nm = inp.trace.name(int(i))
             names[nm] = names.get(nm, 0) + int(c)
@@ -92,6 +74,81 @@ def find_storms(inp: RankInputs) -> tuple[Storms, dict[str, int]]:
         return Storms(z, z, z, z, z), names
     cols = [np.concatenate([o[j] for o in out]) for j in range(5)]
     return Storms(*cols), names
+
+
+def _device_storms(s: I64, e: I64) -> tuple[I64, I64, I64, I64, I64] | None:
+    """One GPU's storms from its kernels in start order (``len(s) >= MIN_RUN``): first and
+    last kernel, kernels and busy time of each, and the kernels inside them (in order)."""
+    tiny, link = _flags(s, e)
+    # a run of >= MIN_RUN kernels is a run of >= MIN_RUN - 1 links; its kernels are all short
+    # (a link needs both ends short).  w[i]: links i .. i + MIN_RUN - 2 all set, so the runs
+    # of set w are the candidate runs, found among the few edges of w instead of by run ids
+    # over every kernel.
+    w, k = link, 1
+    while k < MIN_RUN - 1:
+        step = min(k, MIN_RUN - 1 - k)
+        w = w[:-step] & w[step:]
+        k += step
+    edge = np.flatnonzero(w[1:] != w[:-1]) + 1  # starts and stops of the set runs
+    if bool(w[0]):
+        edge = np.r_[0, edge]
+    if bool(w[-1]):
+        edge = np.r_[edge, len(w)]
+    if len(edge) == 0:
+        return None
+    first, last = edge[0::2], edge[1::2] + (MIN_RUN - 2)
+    n = last - first + 1
+    # median under TINY_NS <=> more than half the run's kernels are under it.  Integer sums
+    # over each run [first, last] by one reduceat at the runs' bounds (the odd pieces, the
+    # stretches between runs, are dropped; the last piece runs to the end)
+    at = np.empty(2 * len(first), np.intp)
+    at[0::2], at[1::2] = first, last + 1
+    if at[-1] == len(s):
+        at = at[:-1]
+    tiny_n = np.add.reduceat(tiny, at, dtype=np.int64)[0::2]
+    # Σ end - Σ start: int64 sums wrap alike, so their difference is the exact busy time
+    busy = np.add.reduceat(e, at)[0::2] - np.add.reduceat(s, at)[0::2]
+    span = e[last] - s[first]
+    ok = (2 * tiny_n > n) & (span > 0) & ((span - busy) >= MIN_GAP_SHARE * span)
+    if not bool(ok.any()):
+        return None
+    first, last, n = first[ok], last[ok], n[ok]
+    return first, last, n, busy[ok], _ranges(first, n)
+
+
+BLOCK = 1 << 15
+"""Kernels per block of :func:`_flags`' int64 temporaries (kept small: a fresh 1 M-kernel
+temporary costs more in page faults than the arithmetic on it)."""
+
+
+def _flags(s: I64, e: I64) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel in start order: shorter than ``TINY_NS``; per pair of neighbours: both
+    shorter than ``SHORT_NS`` and the gap from the latest end so far (overlapping streams) to
+    the next start under ``MAX_GAP_NS``.  Block by block, through one small buffer."""
+    n = len(s)
+    short, tiny, link = np.empty(n, bool), np.empty(n, bool), np.empty(n - 1, bool)
+    tmp = np.empty(min(n, BLOCK), np.int64)
+    run_end = e  # the latest end so far, while the ends come in order
+    for a in range(0, n, BLOCK):
+        b = min(a + BLOCK, n)
+        d = np.subtract(e[a:b], s[a:b], out=tmp[:b - a])
+        np.less(d, SHORT_NS, out=short[a:b])
+        np.less(d, TINY_NS, out=tiny[a:b])
+        c = min(b, n - 1)
+        if run_end is e and not bool(np.all(e[a + 1:c + 1] >= e[a:c])):
+            run_end = np.maximum.accumulate(e)  # the blocks before were in order: unchanged
+        g = np.subtract(s[a + 1:c + 1], run_end[a:c], out=tmp[:c - a])
+        np.less(g, MAX_GAP_NS, out=link[a:c])
+    link &= short[:-1]
+    link &= short[1:]
+    return tiny, link
+
+
+def _ranges(first: I64, n: I64) -> I64:
+    """``first[i], first[i] + 1, ..., first[i] + n[i] - 1`` for each i, concatenated."""
+    out: I64 = np.repeat(first - (np.cumsum(n) - n), n)
+    out += np.arange(len(out))
+    return out
 
 
 def storm_candidate(inp: RankInputs, storms: Storms, names: dict[str, int]) -> Candidate | None:
@@ -138,3 +195,21 @@ def in_spans(t_ns: I64, device: I64, storms: Storms) -> np.ndarray:
             k = np.searchsorted(s, t, side="right") - 1
         out[on] = (k >= 0) & (t < e[np.clip(k, 0, None)])
     return out
+
+
+def span_hits_sorted(t_ns: I64, device: np.ndarray, storms: Storms) -> I64 | None:
+    """The indices where :func:`in_spans` is set, for times sorted ascending, all on the one
+    device of all the storms, whose starts strictly increase (one GPU, as :func:`find_storms`
+    gives them): the times in ``[start_k, min(end_k, start_k+1))`` are storm k's, one index
+    range by two searches each.  None where :func:`in_spans` must decide."""
+    s, e = storms.start_ns, storms.end_ns
+    if len(s) == 0 or len(t_ns) == 0:
+        return None
+    dev = int(storms.device[0])
+    if not (bool(np.all(storms.device == dev)) and bool(np.all(s[1:] > s[:-1]))
+            and bool(np.all(device == dev)) and bool(np.all(t_ns[1:] >= t_ns[:-1]))):
+        return None
+    stop = np.minimum(e, np.r_[s[1:], e[-1:]])  # a time past the next start is the next's
+    lo = np.searchsorted(t_ns, s, side="left")
+    n = np.maximum(np.searchsorted(t_ns, stop, side="left") - lo, 0)
+    return _ranges(lo, n)
