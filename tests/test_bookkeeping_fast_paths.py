@@ -3,13 +3,13 @@ gave.
 
 Each rewritten pass -- the device's items and their classes, the regressor units and their
 ranking, the per-class and group × class times, the items' energies and their scatter back to
-the trace's rows, the rows' per-class sums, the idle rows' sums and the steps' busy time -- is
-compared here, on random inputs built to hit the awkward cases (several devices, a device
-holding every row or none, name ids few, many, negative or sparse, labels shared by two ids,
-clamped kernels and copies, more classes than regressors, items clipped by the window,
-zero-length and reversed items, huge durations, gaps of other devices or no cause), against
-the plain implementation it replaced, kept in this file as the reference.  Equality is bit for
-bit: the rewrites add the same values in the same order.
+the trace's rows, the rows' per-class sums, the idle rows' sums, the steps' busy time, the
+bootstrap's replicates -- is compared here, on random inputs built to hit the awkward cases
+(several devices, a device holding every row or none, name ids few, many, negative or sparse,
+labels shared by two ids, clamped kernels and copies, more classes than regressors, items
+clipped by the window, zero-length and reversed items, huge durations, gaps of other devices or
+no cause), against the plain implementation it replaced, kept in this file as the reference.
+Equality is bit for bit: the rewrites add the same values in the same order.
 """
 
 from __future__ import annotations
@@ -528,3 +528,50 @@ def _device_result(device: int) -> DeviceResult:
     tr = _trace(1, 40, devices=1, ids="few", copies=False, memsets=False, one_device=True)
     r = build._attribute_device(tr, 0, (T0, T0 + 2 * 10**9), gpu=None, n_boot=1, warnings=[])
     return dataclasses.replace(r, device=device)
+
+
+# ---- the bootstrap -----------------------------------------------------------------------
+
+
+def ref_bootstrap(x: F64, y: F64, prior: float | None, *, n_boot: int, block: int,
+                  seed: int = 0, pooled: float | F64 | None = None,
+                  idle_weight: float = 0.5) -> tuple[F64, F64]:
+    """The bootstrap as it was: one :func:`regress.fit` of each replicate's readings."""
+    from attribution.engine import regress
+
+    rng = np.random.default_rng(seed)
+    k, g = x.shape
+    p, dp = np.zeros(n_boot), np.zeros((n_boot, g))
+    if k == 0:
+        return p, dp
+    for b in range(n_boot):
+        idx = regress.block_indices(k, block, rng)
+        f = regress.fit(x[idx], y[idx], prior, pooled=pooled, idle_weight=idle_weight)
+        p[b], dp[b] = f.p_idle_w, f.dp_w
+    return p, dp
+
+
+@SLOW
+@given(st.integers(0, 2**31), st.tuples(st.integers(0, 60), st.integers(1, 6), st.integers(1, 12)),
+       st.sampled_from(["none", "scalar", "per_group"]), st.booleans(), st.booleans())
+def test_bootstrap_is_a_fit_per_replicate(seed: int, shape: tuple[int, int, int], pooled: str,
+                                          with_prior: bool, held: bool) -> None:
+    """Readings k, groups g, bootstrap block; centres none, one or per group; a P_idle
+    prior or none, weak or holding it."""
+    from attribution.engine import regress
+
+    k, g, block = shape
+    rng = np.random.default_rng(seed)
+    x = rng.random((k, g)) * (rng.random(g) > 0.2)  # some groups never busy
+    y = 60.0 + x @ rng.uniform(0, 300, g) + rng.normal(0, 5, k)
+    centre: float | F64 | None = {"none": None, "scalar": 120.0,
+                                  "per_group": rng.uniform(10, 300, g)}[pooled]
+    prior = 62.0 if with_prior else None
+    weight = 1e4 if held else regress.IDLE_PRIOR_READINGS
+    got = regress.bootstrap(x, y, prior, n_boot=7, block=block, seed=seed % 1000,
+                            pooled=centre, idle_weight=weight)
+    want = ref_bootstrap(x, y, prior, n_boot=7, block=block, seed=seed % 1000, pooled=centre,
+                         idle_weight=weight)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        assert a.tobytes() == b.tobytes()

@@ -211,16 +211,43 @@ def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
 def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
               seed: int = 0, pooled: float | F64 | None = None,
               idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
-    """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``."""
+    """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``.
+
+    Each replicate is :func:`fit` of the resampled readings.  With a given ``pooled`` centre
+    the prior rows and the readings' design ``[1, x]`` are the same in every replicate, so
+    they are built once and each replicate gathers its rows into one reused system: the
+    same matrix, scaling and ``nnls`` call as :func:`fit` makes, so the same bits (the
+    residual, which the replicates do not use, is not computed)."""
     rng = np.random.default_rng(seed)
     k, g = x.shape
     p = np.zeros(n_boot)
     dp = np.zeros((n_boot, g))
     if k == 0:
         return p, dp
+    if pooled is None:  # each replicate pools its own readings
+        for b in range(n_boot):
+            idx = block_indices(k, block, rng)
+            f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight)
+            p[b] = f.p_idle_w
+            dp[b] = f.dp_w
+        return p, dp
+    centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
+    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight)
+    design = np.column_stack([np.ones(k), x])
+    a_mat = np.empty((k + len(a_p), g + 1))
+    a_mat[k:] = a_p
+    b_vec = np.empty(k + len(b_p))
+    b_vec[k:] = b_p
+    sq = np.empty_like(a_mat)
     for b in range(n_boot):
         idx = block_indices(k, block, rng)
-        f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight)
-        p[b] = f.p_idle_w
-        dp[b] = f.dp_w
+        np.take(design, idx, axis=0, out=a_mat[:k])
+        np.take(y, idx, out=b_vec[:k])
+        np.multiply(a_mat, a_mat, out=sq)  # a ** 2 of a float array is a * a
+        scale = np.maximum(np.sqrt(sq.sum(axis=0)), 1e-12)
+        np.divide(a_mat, scale, out=sq)
+        sol, _ = nnls(sq, b_vec, maxiter=50 * (g + 1))
+        sol = sol / scale
+        p[b] = sol[0]
+        dp[b] = sol[1:]
     return p, dp
