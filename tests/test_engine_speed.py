@@ -128,6 +128,44 @@ def direct_window_fractions(busy: BusyFunction | PrefixSumBusy, t_ns: I64, windo
     return np.asarray(np.tensordot(wt, frac.reshape(len(u), n, -1), axes=1))
 
 
+@pytest.mark.usefixtures("native_mode")
+def test_lag_matrices_are_window_fractions_each_computed_once() -> None:
+    """``LagMatrices`` hands out one ``window_fractions`` matrix per (lag, slow stage), to the
+    bit, reading each only once however the lags are asked for."""
+    from attribution.engine import timebase
+
+    rng = np.random.default_rng(3)
+    start = np.sort(rng.integers(0, 20_000_000_000, 3000))
+    busy = BusyFunction(start, start + rng.integers(0, 4_000_000, 3000),
+                        rng.integers(0, 3, 3000).astype(np.int32), 3, origin_ns=0)
+    t = np.sort(rng.integers(200_000_000, 19_800_000_000, 120))
+    spread = rng.integers(0, 12_000_000, len(t))
+    read: list[int] = []
+    real = timebase.iter_window_fractions
+
+    def counting(*args: object, **kw: object) -> object:
+        if "spread_ns" in kw:  # the outer call (a spread one calls itself without it)
+            read.append(len(args[3]))  # type: ignore[arg-type]
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    for sp in (None, spread):
+        act = timebase.LagMatrices(busy, t, 25.0, 0.8, spread_ns=sp)
+        read.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(timebase, "iter_window_fractions", counting)
+            first = act.at([1.75, -3.0, 1.75])
+            again = act.at([-3.0, 4.5], (120.0, 0.3))
+            more = act.at([4.5, 1.75, -3.0])
+        assert read == [2, 2, 1]  # each (lag, stage) read once, the new ones together
+        for lag, x in [(1.75, first[0]), (-3.0, first[1]), (4.5, more[0]), (1.75, more[1])]:
+            assert x.tobytes() == timebase.window_fractions(busy, t, 25.0, lag, 0.8,
+                                                            spread_ns=sp).tobytes()
+        assert first[0] is first[2] is more[1]
+        assert again[0].tobytes() == timebase.window_fractions(
+            busy, t, 25.0, -3.0, 0.8, slow=(120.0, 0.3), spread_ns=sp).tobytes()
+        assert not np.array_equal(again[0], first[1])  # the slow stage is part of the key
+
+
 @pytest.mark.parametrize("budget", [1, 5_000, 4_000_000])
 def test_batched_window_fractions_are_bit_identical(budget: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:

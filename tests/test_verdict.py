@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -120,6 +121,38 @@ def test_refine_lag_finds_the_minimum_between_grid_points() -> None:
     # a lag on the search range's edge is left there, and refining never leaves the range
     assert refine_lag(skew, -20.0, 0.25, bounds_ms=(-20.0, 60.0)) == -20.0
     assert refine_lag(lambda d: d, -19.9, 0.25, bounds_ms=(-20.0, 60.0)) == -20.0
+
+
+def test_refine_lag_in_batches_finds_the_same_lag_with_fewer_calls() -> None:
+    """Asked with a batch scorer, the refinement reads the same residuals (so lands on the
+    same lag) in fewer calls: each pass's neighbours together, and the last pass's centre
+    not at all (nothing reads it)."""
+
+    def curve(d: float) -> float:
+        return 7.0 + 3.0 * (d - 0.611) ** 2 + 0.4 * abs(d - 0.5) ** 3
+
+    for start in (0.0, 0.5, 1.25, -0.75):
+        single: list[float] = []
+        batches: list[list[float]] = []
+
+        def one(d: float, log: list[float] = single) -> float:
+            log.append(d)
+            return curve(d)
+
+        def many(ds: Sequence[float], log: list[list[float]] = batches) -> list[float]:
+            log.append(list(ds))
+            return [curve(d) for d in ds]
+
+        plain = refine_lag(one, start, 0.25)
+        n_plain = len(single)
+        single.clear()
+        assert refine_lag(one, start, 0.25, scores=many) == plain
+        assert batches[0] == [start, start - 0.25, start + 0.25]
+        assert sorted(len(b) for b in batches) == [2, 3]
+        # the walks and the first pass's vertex one by one, the rest in two batches
+        assert len(single) == n_plain - 5
+        if start == 0.5:  # no walk: centre and neighbours, vertex, neighbours; nothing after
+            assert n_plain == 6 and len(single) == 1
 
 
 def test_engine_lag_is_refined_below_the_grid() -> None:

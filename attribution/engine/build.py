@@ -36,11 +36,12 @@ from attribution.engine.aliasing import (
 )
 from attribution.engine.clamp import clamped_items
 from attribution.engine.counter import counter_energy_j
-from attribution.engine.lag_refine import lag_slack_ms, refine_lag
+from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
     LAG_FINE_MS,
     LAG_GRID_MS,
+    LagMatrices,
     Sensor,
     fit_lag,
     fit_lag_response,
@@ -479,12 +480,18 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if preset is not None and preset.consumer_boost:
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
                                           rss=regress.quick_rss, spread_ns=sp_k)
+        # the activity at the lags asked next, read in batches (each matrix once)
+        act = LagMatrices(busy, t_k, window_ms, tau, spread_ns=sp_k)
+
+        def rss_at(lags: Sequence[float], stage: tuple[float, float] = (0.0, 0.0)
+                   ) -> list[float]:
+            return [regress.quick_rss(m, y) for m in act.at(lags, stage)]
+
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
-            lag = refine_lag(lambda d: regress.quick_rss(
-                window_fractions(busy, t_k, window_ms, d, tau, spread_ns=sp_k), y), lag,
-                LAG_FINE_MS,
-                bounds_ms=LAG_GRID_MS)
-        x = window_fractions(busy, t_k, window_ms, lag, tau, slow=slow, spread_ns=sp_k)
+            lag = refine_lag(lambda d: rss_at([d])[0], lag, LAG_FINE_MS,
+                             bounds_ms=LAG_GRID_MS, scores=rss_at)
+        # the fitted lag's matrix with the neighbours lag_slack_ms reads, in one pass
+        x = act.at([lag, *slack_lags(lag)], slow)[0]
         spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow,
                               spread_ns=sp_k)
         if phase_locked(spread):
@@ -498,9 +505,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             """Activity at lag + d_ms, with the tail column appended when it is modelled;
             ``plain``: without the consumer-board extras (slow stage, tail)."""
             if plain:
-                return window_fractions(busy, t_k, window_ms, lag, tau, spread_ns=sp_k)
-            xd = x if d_ms == 0 else window_fractions(busy, t_k, window_ms, lag + d_ms, tau,
-                                                      slow=slow, spread_ns=sp_k)
+                return act.at([lag])[0]
+            xd = x if d_ms == 0 else act.at([lag + d_ms], slow)[0]
             if tail is None:
                 return xd
             return np.column_stack([xd, tail_fractions(tail[0], tail[1], t_k,
@@ -523,10 +529,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
-        slack = lag_slack_ms(lambda d: regress.quick_rss(window_fractions(
-            busy, t_k, window_ms, d, tau, slow=slow, spread_ns=sp_k), y), lag,
-            n_readings=len(y), n_params=n_groups + 1, block=block,
-            at_lag=regress.quick_rss(x, y))  # x is that matrix at the fitted lag
+        slack = lag_slack_ms(lambda d: rss_at([d], slow)[0], lag,
+                             n_readings=len(y), n_params=n_groups + 1, block=block,
+                             at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag
+                             scores=lambda lags: rss_at(lags, slow))
+        act.at([lag + d for d in (-slack, slack)], slow)  # both ends in one pass
         lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
                     for d in (-slack, slack)]
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)

@@ -14,7 +14,7 @@ residual is the caller's (the same ridge fit the grid search scores with).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -30,23 +30,34 @@ LAG_SLACK_MS = 0.5
 
 
 
+Scores = Callable[[Sequence[float]], list[float]]
+"""The residual at several lags at once (one pass over the busy functions for all of them)."""
+
+
+def _one_by_one(score: Callable[[float], float]) -> Scores:
+    return lambda lags: [score(d) for d in lags]
+
+
 def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *,
-               passes: int = 2, bounds_ms: tuple[float, float] = (-math.inf, math.inf)
-               ) -> float:
+               passes: int = 2, bounds_ms: tuple[float, float] = (-math.inf, math.inf),
+               scores: Scores | None = None) -> float:
     """The lag near ``lag_ms`` minimising ``score`` (a residual as a function of the lag, ms):
     walk to the lowest of each point and its ±``step_ms`` neighbours (at most ``MAX_WALK``
     steps), then take the vertex of the parabola through the three, clipped to ±step/2;
     ``passes`` times, halving the step each time.  The result stays inside ``bounds_ms`` (the
     lag search's range: a best lag on its edge is not a minimum to refine) and is rounded to
-    1 µs."""
+    1 µs.  ``scores``: ``score`` at several lags in one call (the same values), used for the
+    points each pass asks for together."""
+    many = scores if scores is not None else _one_by_one(score)
     lo, hi = bounds_ms
     if not lo < lag_ms < hi:
         return lag_ms
     h = step_ms
     best = lag_ms
-    r0 = score(best)
-    for _ in range(passes):
-        rm, rp = score(best - h), score(best + h)
+    r0, rm, rp = many([best, best - h, best + h])
+    for i in range(passes):
+        if i:
+            rm, rp = many([best - h, best + h])
         for _ in range(MAX_WALK):
             if rm < r0 and rm <= rp:
                 best, rp, r0 = best - h, r0, rm
@@ -60,7 +71,8 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
         if curv > 0.0:
             off = 0.5 * h * (rm - rp) / curv
             best += max(-0.5 * h, min(0.5 * h, off))
-            r0 = score(best)
+            if i < passes - 1:  # the next pass's centre (after the last, nothing reads it)
+                r0 = score(best)
         h *= 0.5
     # to 1 µs: finer is below any clock's meaning, and equivalent residuals that differ in
     # the last bits (another busy-time implementation) then give the same lag
@@ -71,8 +83,14 @@ CHI2_90_1 = 2.706
 """The χ² (1 degree of freedom) 90 % point: a residual rise of this many σ² bounds the lag."""
 
 
+def slack_lags(lag_ms: float) -> list[float]:
+    """The lags :func:`lag_slack_ms` reads the residual at, besides ``lag_ms`` itself."""
+    return [lag_ms - LAG_FINE_MS, lag_ms + LAG_FINE_MS]
+
+
 def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
-                 n_params: int, block: int, at_lag: float | None = None) -> float:
+                 n_params: int, block: int, at_lag: float | None = None,
+                 scores: Scores | None = None) -> float:
     """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
     residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
     d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
@@ -82,10 +100,11 @@ def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: 
     the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
     runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
     below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
-    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already."""
+    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already;
+    ``scores``: as :func:`refine_lag`'s."""
     h = LAG_FINE_MS
     r_0 = score(lag_ms) if at_lag is None else at_lag
-    r_m, r_p = score(lag_ms - h), score(lag_ms + h)
+    r_m, r_p = (scores if scores is not None else _one_by_one(score))(slack_lags(lag_ms))
     curv = r_m - 2.0 * r_0 + r_p
     if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
         return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term

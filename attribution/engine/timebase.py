@@ -243,6 +243,32 @@ def iter_window_fractions(busy: ActivityFn, t_ns: I64, window_ms: float,
         i = j
 
 
+class LagMatrices:
+    """The activity matrices of one set of readings (window, response τ and publish spread
+    fixed) at the lags asked for, each computed once.  The lags asked for in one call are
+    read in one :func:`iter_window_fractions` pass, the same bits as one
+    :func:`window_fractions` each; a matrix is handed out as it is (callers do not write to
+    it)."""
+
+    def __init__(self, busy: ActivityFn, t_ns: I64, window_ms: float, tau_ms: float, *,
+                 spread_ns: I64 | None = None) -> None:
+        self._busy, self._t, self._w, self._tau = busy, t_ns, window_ms, tau_ms
+        self._spread = spread_ns
+        self._done: dict[tuple[float, tuple[float, float]], F64] = {}
+
+    def at(self, lags_ms: Sequence[float], slow: tuple[float, float] = (0.0, 0.0)
+           ) -> list[F64]:
+        """The matrices at ``lags_ms`` (with the slow stage ``slow``), in that order."""
+        todo = list(dict.fromkeys(d for d in lags_ms if (d, slow) not in self._done))
+        if todo:
+            got = iter_window_fractions(self._busy, self._t, self._w,
+                                        [(d, self._tau) for d in todo], slow=slow,
+                                        spread_ns=self._spread)
+            for d, m in zip(todo, got, strict=True):
+                self._done[d, slow] = m
+        return [self._done[d, slow] for d in lags_ms]
+
+
 def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
            lag_ms_range: tuple[float, float] = LAG_GRID_MS) -> I32:
     """Indices of readings whose window stays inside the attribution window for all lags."""
