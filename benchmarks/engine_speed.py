@@ -10,24 +10,39 @@ The trace: a simulated ``launch_bound`` A100 run with ``--kernels`` kernels (def
 ``gzip.decompress`` + ``orjson.loads`` of that file.
 
 1. ``engine``: ``attribute_arrays`` + ``build_snapshot`` in-process on the simulated trace,
-   runs interleaved with floor runs; medians of wall and CPU (process) time, kernel
-   records/s, and the engine / floor ratio measured side by side (the VM is shared, so the
-   ratio and the CPU times are steadier than absolute wall times).
+   runs interleaved with floor runs and with runs of the engine's numpy forms (the compiled
+   sweeps off: the baseline the sweeps replace, same bits); medians of wall and CPU
+   (process) time, kernel records/s, and the engine / floor and compiled / numpy ratios
+   measured side by side (the VM is shared, so the ratios and the CPU times are steadier
+   than absolute wall times).
 2. ``end to end`` (unless ``--skip-end-to-end``): ``python -m ppwtop attribute`` in a
    subprocess (interpreter start, import, engine, snapshot write) against the floor,
    interleaved runs, medians and the ratio.
+
+The goal is per core, so the process (and the ``attribute`` subprocess it starts) is pinned
+to one CPU and numpy's BLAS to one thread before numpy loads (``--all-cores`` leaves both as
+they are): process CPU time is then one core's time.
 
 Run: ``python benchmarks/engine_speed.py [--runs 3] [--kernels 1000000]``.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
+if __name__ == "__main__" and "--all-cores" not in sys.argv:
+    # before numpy loads: one BLAS thread, and this process (and its children) on one CPU
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = "1"
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
 import argparse
 import functools
 import gzip
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +50,7 @@ from pathlib import Path
 
 import orjson
 
+from attribution import native
 from attribution.engine import attribute_arrays, build_snapshot
 from attribution.model import Trace
 from attribution.sim import simulate
@@ -47,8 +63,12 @@ def floor(path: Path) -> None:
     orjson.loads(gzip.decompress(path.read_bytes()))
 
 
-def engine(trace: Trace) -> None:
-    build_snapshot(trace, attribute_arrays(trace))
+def engine(trace: Trace, *, compiled: bool = True) -> None:
+    was = native.use(compiled)
+    try:
+        build_snapshot(trace, attribute_arrays(trace))
+    finally:
+        native.use(was)
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -67,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--kernels", type=int, default=1_000_000)
     ap.add_argument("--skip-end-to-end", action="store_true")
+    ap.add_argument("--all-cores", action="store_true",
+                    help="do not pin to one CPU and one BLAS thread")
     args = ap.parse_args(argv)
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    print(f"CPUs this process may use: {sorted(cpus)}; compiled sweeps "
+          f"{'built' if native.built() else 'NOT built (numpy forms only)'}")
     seconds = max(2.0, args.kernels / KERNELS_PER_S)
     res = simulate(scenario="launch_bound", gpu="a100", seconds=seconds, seed=0)
     tr = res.trace
@@ -81,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         write_smi_csv(tr, power_p)
         print(f"  trace.json.gz {trace_p.stat().st_size / 1e6:.1f} MB")
         engine(tr)  # warm-up (imports, caches)
+        engine(tr, compiled=False)
         eng: list[tuple[float, float]] = []
+        ref: list[tuple[float, float]] = []
         fl: list[tuple[float, float]] = []
         for _ in range(args.runs):
             fl.append(_timed(functools.partial(floor, trace_p)))
             eng.append(_timed(functools.partial(engine, tr)))
+            ref.append(_timed(functools.partial(engine, tr, compiled=False)))
         e, ec = (statistics.median(x[i] for x in eng) for i in (0, 1))
         f, fc = (statistics.median(x[i] for x in fl) for i in (0, 1))
         print(f"  engine (attribute_arrays + build_snapshot): {e:.3f} s wall median of "
@@ -95,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  floor (gzip.decompress + orjson.loads): {f:.3f} s wall "
               f"({_fmt([x[0] for x in fl])}), {fc:.3f} s CPU")
         print(f"  ratio engine / floor, same run: {e / f:.3f}x wall, {ec / fc:.3f}x CPU")
+        r, rc = (statistics.median(x[i] for x in ref) for i in (0, 1))
+        pair = statistics.median(a[1] / b[1] for a, b in zip(eng, ref, strict=True))
+        print(f"  numpy forms (compiled sweeps off), same runs: {r:.3f} s wall "
+              f"({_fmt([x[0] for x in ref])}), {rc:.3f} s CPU -> {n / rc / 1e6:.2f} M/s CPU")
+        print(f"  ratio compiled / numpy forms, paired CPU: {pair:.3f}x "
+              f"({1 / pair:.2f}x faster)")
         if args.skip_end_to_end:
             return 0
         del res, tr
