@@ -186,6 +186,34 @@ static void interp_row(ppw_group *p, const double *keys, Py_ssize_t n_cols, doub
     }
 }
 
+/* The groups of (xs, ys, xcs): their knots, B there and coarse index, borrowed into grp
+ * (bufs: 3 per group, zeroed by the caller, who releases all 3 × n_groups: ppw_release skips
+ * the ones never taken).  -1 with an exception set on a bad one. */
+static int parse_groups(PyObject *fx, PyObject *fy, PyObject *fxc, Py_ssize_t n_groups,
+                        ppw_buf *bufs, ppw_group *grp)
+{
+    Py_ssize_t g;
+    for (g = 0; g < n_groups; g++) {
+        ppw_buf *b = bufs + 3 * g;
+        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
+            return -1;
+        if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
+            PyErr_SetString(PyExc_ValueError, "a group's x, y, xc disagree");
+            return -1;
+        }
+        grp[g].x = b[0].view.buf;
+        grp[g].y = b[1].view.buf;
+        grp[g].xc = b[2].view.buf;
+        grp[g].len = b[0].n;
+        grp[g].nc = b[2].n;
+        grp[g].j = 0;
+        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
+    }
+    return 0;
+}
+
 /* interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)
  * For every group g (xs[g], ys[g]: its knots and B there; xcs[g]: x[g][::8]; an empty group
  * reads 0), query q = r * n_cols + c at time (t_ns[q] - origin_ns) * 1e-9 s goes to
@@ -194,7 +222,7 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
 {
     PyObject *oxs, *oys, *oxcs, *ot, *oout, *fx = NULL, *fy = NULL, *fxc = NULL;
     long long origin;
-    Py_ssize_t n_rows, n_cols, n_groups = 0, g, got = 0;
+    Py_ssize_t n_rows, n_cols, n_groups = 0, g;
     ppw_buf bt, bo, *bufs = NULL;
     ppw_group *grp = NULL;
     PyObject *result = NULL;
@@ -220,25 +248,8 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    for (g = 0; g < n_groups; g++) {
-        ppw_buf *b = bufs + 3 * g;
-        got = g + 1;
-        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
-            goto done;
-        if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
-            PyErr_SetString(PyExc_ValueError, "interp_groups: a group's x, y, xc disagree");
-            goto done;
-        }
-        grp[g].x = b[0].view.buf;
-        grp[g].y = b[1].view.buf;
-        grp[g].xc = b[2].view.buf;
-        grp[g].len = b[0].n;
-        grp[g].nc = b[2].n;
-        grp[g].j = 0;
-        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
-    }
+    if (parse_groups(fx, fy, fxc, n_groups, bufs, grp) < 0)
+        goto done;
     if (ppw_get(ot, &bt, 8, 0, "t_ns") < 0 || ppw_get(oout, &bo, 8, 1, "out") < 0)
         goto done;
     if (n_rows < 0 || n_cols < 0 || n_rows * n_cols != bt.n || bo.n != bt.n * n_groups) {
@@ -272,7 +283,7 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
     result = Py_None;
 done:
     if (bufs != NULL) {
-        for (g = 0; g < 3 * got; g++)
+        for (g = 0; g < 3 * n_groups; g++)
             ppw_release(bufs + g);
     }
     free(bufs);
@@ -283,33 +294,6 @@ done:
     Py_XDECREF(fy);
     Py_XDECREF(fxc);
     return result;
-}
-
-/* The groups of (xs, ys, xcs): their knots, B there and coarse index, borrowed into grp
- * (bufs: 3 per group, released by release_groups).  -1 with an exception set on a bad one. */
-static int parse_groups(PyObject *fx, PyObject *fy, PyObject *fxc, Py_ssize_t n_groups,
-                        ppw_buf *bufs, ppw_group *grp)
-{
-    Py_ssize_t g;
-    for (g = 0; g < n_groups; g++) {
-        ppw_buf *b = bufs + 3 * g;
-        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
-            return -1;
-        if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
-            PyErr_SetString(PyExc_ValueError, "interp_groups: a group's x, y, xc disagree");
-            return -1;
-        }
-        grp[g].x = b[0].view.buf;
-        grp[g].y = b[1].view.buf;
-        grp[g].xc = b[2].view.buf;
-        grp[g].len = b[0].n;
-        grp[g].nc = b[2].n;
-        grp[g].j = 0;
-        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
-    }
-    return 0;
 }
 
 /* window_block(xs, ys, xcs, t_ns, cols_ns, hi, lo, w_s, origin_ns, out)
