@@ -186,32 +186,73 @@ static void interp_row(ppw_group *p, const double *keys, Py_ssize_t n_cols, doub
     }
 }
 
-/* The groups of (xs, ys, xcs): their knots, B there and coarse index, borrowed into grp
- * (bufs: 3 per group, zeroed by the caller, who releases all 3 × n_groups: ppw_release skips
- * the ones never taken).  -1 with an exception set on a bad one. */
-static int parse_groups(PyObject *fx, PyObject *fy, PyObject *fxc, Py_ssize_t n_groups,
-                        ppw_buf *bufs, ppw_group *grp)
+/* The groups of (xs, ys, xcs) -- each group's knots, B there and coarse index -- borrowed
+ * for one call.  take_groups fills every field or sets an exception and returns -1; either
+ * way drop_groups gives back what was taken (ppw_release skips buffers never taken). */
+typedef struct {
+    PyObject *fx, *fy, *fxc;
+    ppw_buf *bufs; /* 3 per group */
+    ppw_group *grp;
+    Py_ssize_t n;
+} ppw_groups;
+
+static int take_groups(PyObject *oxs, PyObject *oys, PyObject *oxcs, const char *who,
+                       ppw_groups *G)
 {
     Py_ssize_t g;
-    for (g = 0; g < n_groups; g++) {
-        ppw_buf *b = bufs + 3 * g;
-        if (ppw_get(PySequence_Fast_GET_ITEM(fx, g), b, 8, 0, "xs[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fy, g), b + 1, 8, 0, "ys[g]") < 0
-            || ppw_get(PySequence_Fast_GET_ITEM(fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
+    memset(G, 0, sizeof(*G));
+    G->fx = PySequence_Fast(oxs, "xs: a sequence");
+    G->fy = G->fx ? PySequence_Fast(oys, "ys: a sequence") : NULL;
+    G->fxc = G->fy ? PySequence_Fast(oxcs, "xcs: a sequence") : NULL;
+    if (G->fxc == NULL)
+        return -1;
+    G->n = PySequence_Fast_GET_SIZE(G->fx);
+    if (PySequence_Fast_GET_SIZE(G->fy) != G->n || PySequence_Fast_GET_SIZE(G->fxc) != G->n
+        || G->n < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: xs, ys, xcs differ in length", who);
+        return -1;
+    }
+    G->bufs = calloc((size_t)(3 * G->n), sizeof(ppw_buf));
+    G->grp = calloc((size_t)G->n, sizeof(ppw_group));
+    if (G->bufs == NULL || G->grp == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (g = 0; g < G->n; g++) {
+        ppw_buf *b = G->bufs + 3 * g;
+        ppw_group *p = G->grp + g;
+        if (ppw_get(PySequence_Fast_GET_ITEM(G->fx, g), b, 8, 0, "xs[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(G->fy, g), b + 1, 8, 0, "ys[g]") < 0
+            || ppw_get(PySequence_Fast_GET_ITEM(G->fxc, g), b + 2, 8, 0, "xcs[g]") < 0)
             return -1;
         if (b[1].n != b[0].n || b[2].n != (b[0].n > 0 ? ((b[0].n - 1) >> COARSE_SHIFT) + 1 : 0)) {
-            PyErr_SetString(PyExc_ValueError, "a group's x, y, xc disagree");
+            PyErr_Format(PyExc_ValueError, "%s: a group's x, y, xc disagree", who);
             return -1;
         }
-        grp[g].x = b[0].view.buf;
-        grp[g].y = b[1].view.buf;
-        grp[g].xc = b[2].view.buf;
-        grp[g].len = b[0].n;
-        grp[g].nc = b[2].n;
-        grp[g].j = 0;
-        grp[g].right = b[0].n > 0 ? grp[g].y[b[0].n - 1] : 0.0;
+        p->x = b[0].view.buf;
+        p->y = b[1].view.buf;
+        p->xc = b[2].view.buf;
+        p->len = b[0].n;
+        p->nc = b[2].n;
+        p->j = 0;
+        p->right = b[0].n > 0 ? p->y[b[0].n - 1] : 0.0;
     }
     return 0;
+}
+
+static void drop_groups(ppw_groups *G)
+{
+    Py_ssize_t g;
+    if (G->bufs != NULL) {
+        for (g = 0; g < 3 * G->n; g++)
+            ppw_release(G->bufs + g);
+    }
+    free(G->bufs);
+    free(G->grp);
+    Py_XDECREF(G->fx);
+    Py_XDECREF(G->fy);
+    Py_XDECREF(G->fxc);
+    memset(G, 0, sizeof(*G));
 }
 
 /* interp_groups(xs, ys, xcs, t_ns, origin_ns, out, n_rows, n_cols)
@@ -220,36 +261,20 @@ static int parse_groups(PyObject *fx, PyObject *fy, PyObject *fxc, Py_ssize_t n_
  * out[(c * n_rows + r) * n_groups + g]: np.interp(t, x, y, left=0, right=y[-1]). */
 PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
 {
-    PyObject *oxs, *oys, *oxcs, *ot, *oout, *fx = NULL, *fy = NULL, *fxc = NULL;
+    PyObject *oxs, *oys, *oxcs, *ot, *oout;
     long long origin;
-    Py_ssize_t n_rows, n_cols, n_groups = 0, g;
-    ppw_buf bt, bo, *bufs = NULL;
-    ppw_group *grp = NULL;
+    Py_ssize_t n_rows, n_cols, n_groups;
+    ppw_buf bt, bo;
+    ppw_groups G;
     PyObject *result = NULL;
     (void)self;
     if (!PyArg_ParseTuple(args, "OOOOLOnn", &oxs, &oys, &oxcs, &ot, &origin, &oout, &n_rows,
                           &n_cols))
         return NULL;
     bt.held = bo.held = 0;
-    fx = PySequence_Fast(oxs, "xs: a sequence");
-    fy = fx ? PySequence_Fast(oys, "ys: a sequence") : NULL;
-    fxc = fy ? PySequence_Fast(oxcs, "xcs: a sequence") : NULL;
-    if (fxc == NULL)
+    if (take_groups(oxs, oys, oxcs, "interp_groups", &G) < 0)
         goto done;
-    n_groups = PySequence_Fast_GET_SIZE(fx);
-    if (PySequence_Fast_GET_SIZE(fy) != n_groups || PySequence_Fast_GET_SIZE(fxc) != n_groups
-        || n_groups < 1) {
-        PyErr_SetString(PyExc_ValueError, "interp_groups: xs, ys, xcs differ in length");
-        goto done;
-    }
-    bufs = calloc((size_t)(3 * n_groups), sizeof(ppw_buf));
-    grp = calloc((size_t)n_groups, sizeof(ppw_group));
-    if (bufs == NULL || grp == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (parse_groups(fx, fy, fxc, n_groups, bufs, grp) < 0)
-        goto done;
+    n_groups = G.n;
     if (ppw_get(ot, &bt, 8, 0, "t_ns") < 0 || ppw_get(oout, &bo, 8, 1, "out") < 0)
         goto done;
     if (n_rows < 0 || n_cols < 0 || n_rows * n_cols != bt.n || bo.n != bt.n * n_groups) {
@@ -260,7 +285,7 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
         const int64_t *t = bt.view.buf;
         double *out = bo.view.buf;
         double *keys;
-        Py_ssize_t r, c;
+        Py_ssize_t r, c, g;
         Py_BEGIN_ALLOW_THREADS
         keys = malloc(sizeof(double) * (size_t)(n_cols > 0 ? n_cols : 1));
         if (keys != NULL) {
@@ -269,7 +294,7 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
                 for (c = 0; c < n_cols; c++)
                     keys[c] = (double)(tr[c] - (int64_t)origin) * 1e-9;
                 for (g = 0; g < n_groups; g++)
-                    interp_row(grp + g, keys, n_cols, out + r * n_groups + g, n_rows * n_groups);
+                    interp_row(G.grp + g, keys, n_cols, out + r * n_groups + g, n_rows * n_groups);
             }
         }
         Py_END_ALLOW_THREADS
@@ -282,17 +307,9 @@ PyObject *ppw_interp_groups(PyObject *self, PyObject *args)
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    if (bufs != NULL) {
-        for (g = 0; g < 3 * n_groups; g++)
-            ppw_release(bufs + g);
-    }
-    free(bufs);
-    free(grp);
+    drop_groups(&G);
     ppw_release(&bt);
     ppw_release(&bo);
-    Py_XDECREF(fx);
-    Py_XDECREF(fy);
-    Py_XDECREF(fxc);
     return result;
 }
 
@@ -304,37 +321,22 @@ done:
 PyObject *ppw_window_block(PyObject *self, PyObject *args)
 {
     PyObject *oxs, *oys, *oxcs, *ot, *ocols, *ohi, *olo, *oout;
-    PyObject *fx = NULL, *fy = NULL, *fxc = NULL, *result = NULL;
+    PyObject *result = NULL;
     double w_s;
     long long origin;
     Py_ssize_t n_groups = 0, g;
-    ppw_buf bt, bcols, bhi, blo, bo, *bufs = NULL;
-    ppw_group *grp = NULL;
+    ppw_buf bt, bcols, bhi, blo, bo;
+    ppw_groups G;
     double *keys = NULL, *row = NULL;
     (void)self;
     bt.held = bcols.held = bhi.held = blo.held = bo.held = 0;
+    memset(&G, 0, sizeof(G));
     if (!PyArg_ParseTuple(args, "OOOOOOOdLO", &oxs, &oys, &oxcs, &ot, &ocols, &ohi, &olo,
                           &w_s, &origin, &oout))
         return NULL;
-    fx = PySequence_Fast(oxs, "xs: a sequence");
-    fy = fx ? PySequence_Fast(oys, "ys: a sequence") : NULL;
-    fxc = fy ? PySequence_Fast(oxcs, "xcs: a sequence") : NULL;
-    if (fxc == NULL)
+    if (take_groups(oxs, oys, oxcs, "window_block", &G) < 0)
         goto done;
-    n_groups = PySequence_Fast_GET_SIZE(fx);
-    if (PySequence_Fast_GET_SIZE(fy) != n_groups || PySequence_Fast_GET_SIZE(fxc) != n_groups
-        || n_groups < 1) {
-        PyErr_SetString(PyExc_ValueError, "window_block: xs, ys, xcs differ in length");
-        goto done;
-    }
-    bufs = calloc((size_t)(3 * n_groups), sizeof(ppw_buf));
-    grp = calloc((size_t)n_groups, sizeof(ppw_group));
-    if (bufs == NULL || grp == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (parse_groups(fx, fy, fxc, n_groups, bufs, grp) < 0)
-        goto done;
+    n_groups = G.n;
     if (ppw_get(ot, &bt, 8, 0, "t_ns") < 0 || ppw_get(ocols, &bcols, 8, 0, "cols_ns") < 0
         || ppw_get(ohi, &bhi, 8, 0, "hi") < 0 || ppw_get(olo, &blo, 8, 0, "lo") < 0
         || ppw_get(oout, &bo, 8, 1, "out") < 0)
@@ -369,7 +371,7 @@ PyObject *ppw_window_block(PyObject *self, PyObject *args)
             for (c = 0; c < n_cols; c++)
                 keys[c] = (double)((t[r] - cols[c]) - (int64_t)origin) * 1e-9;
             for (g = 0; g < n_groups; g++)
-                interp_row(grp + g, keys, n_cols, row + g, n_groups);
+                interp_row(G.grp + g, keys, n_cols, row + g, n_groups);
             for (k = 0; k < n_k; k++) {
                 const double *a = row + hi[k] * n_groups, *b = row + lo[k] * n_groups;
                 double *dst = out + (k * n + r) * n_groups;
@@ -382,12 +384,7 @@ PyObject *ppw_window_block(PyObject *self, PyObject *args)
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    if (bufs != NULL) {
-        for (g = 0; g < 3 * n_groups; g++)
-            ppw_release(bufs + g);
-    }
-    free(bufs);
-    free(grp);
+    drop_groups(&G);
     free(keys);
     free(row);
     ppw_release(&bt);
@@ -395,9 +392,6 @@ done:
     ppw_release(&bhi);
     ppw_release(&blo);
     ppw_release(&bo);
-    Py_XDECREF(fx);
-    Py_XDECREF(fy);
-    Py_XDECREF(fxc);
     return result;
 }
 
