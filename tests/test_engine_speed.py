@@ -156,7 +156,10 @@ def test_lag_matrices_are_window_fractions_each_computed_once() -> None:
             first = act.at([1.75, -3.0, 1.75])
             again = act.at([-3.0, 4.5], (120.0, 0.3))
             more = act.at([4.5, 1.75, -3.0])
-        assert read == [2, 2, 1]  # each (lag, stage) read once, the new ones together
+            act.release()
+            after = act.at([1.75])
+        assert read == [2, 2, 1, 1]  # each (lag, stage) read once until released
+        assert after[0] is not first[0] and after[0].tobytes() == first[0].tobytes()
         for lag, x in [(1.75, first[0]), (-3.0, first[1]), (4.5, more[0]), (1.75, more[1])]:
             assert x.tobytes() == timebase.window_fractions(busy, t, 25.0, lag, 0.8,
                                                             spread_ns=sp).tobytes()

@@ -490,6 +490,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
             lag = refine_lag(lambda d: rss_at([d])[0], lag, LAG_FINE_MS,
                              bounds_ms=LAG_GRID_MS, scores=rss_at)
+            act.release()
         # the fitted lag's matrix with the neighbours lag_slack_ms reads, in one pass
         x = act.at([lag, *slack_lags(lag)], slow)[0]
         spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow,
@@ -533,9 +534,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                              n_readings=len(y), n_params=n_groups + 1, block=block,
                              at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag
                              scores=lambda lags: rss_at(lags, slow))
+        act.release()
         act.at([lag + d for d in (-slack, slack)], slow)  # both ends in one pass
         lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
                     for d in (-slack, slack)]
+        act.release()
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain

@@ -268,6 +268,11 @@ class LagMatrices:
                 self._done[d, slow] = m
         return [self._done[d, slow] for d in lags_ms]
 
+    def release(self) -> None:
+        """Forget the matrices held so far (each is (readings × groups): a long log with many
+        classes makes them large); the ones a caller still holds stay alive with it."""
+        self._done.clear()
+
 
 def usable(t_ns: I64, window_ms: float, win_start_ns: int, win_end_ns: int,
            lag_ms_range: tuple[float, float] = LAG_GRID_MS) -> I32:
