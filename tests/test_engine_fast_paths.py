@@ -314,6 +314,27 @@ def test_int_sets_are_np_unique(values: list[int], dtype: type) -> None:
     assert np.array_equal(unique_inverse(sparse)[1], np.unique(sparse, return_inverse=True)[1])
 
 
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 40), max_size=300), st.sampled_from([1, 3, 12, 13, 41]),
+       st.sampled_from(["dense", "few", "negative", "sparse"]))
+def test_int_counts_and_relabel_are_the_plain_forms(values: list[int], n: int,
+                                                    spread: str) -> None:
+    """``counts``, ``distinct_ints`` on a range of few values, and ``relabel`` through the id
+    table or the search."""
+    from attribution.intsets import counts, relabel
+
+    a = np.array(values, np.int64)
+    assert counts(a % n, n).tolist() == np.bincount(a % n, minlength=n)[:n].tolist()
+    ids = {"dense": a, "few": a % 5 + 7, "negative": a - 20, "sparse": a * 10**9}[spread]
+    distinct = distinct_ints(ids)
+    assert distinct.tolist() == np.unique(ids).tolist()
+    label = (np.arange(len(distinct)) * 7 + 1).astype(np.int32)
+    out = np.empty(len(ids), np.int32)
+    relabel(ids, distinct, label, out=out)
+    assert out.tolist() == label[np.unique(ids, return_inverse=True)[1].reshape(-1)].tolist()
+
+
 def test_items_for_device_on_several_devices() -> None:
     tr = _timeline(3, 3000, devices=3, sorted_items=False, dense_corr=True, syncs=5)
     rows = 0

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from attribution import native
-from attribution.intsets import SPAN_PER_VALUE, unique_inverse
+from attribution.intsets import distinct_ints, relabel, unique_inverse
 from attribution.model import F64, I32, I64, MemKind, Trace
 
 KERNEL, COPY, MEMSET = 0, 1, 2
@@ -87,15 +87,10 @@ def items_for_device(trace: Trace, device: int) -> Items:
     cls = np.empty(n_all, np.int32)
     # kernels: one class per name id (ids in sorted order, as np.unique gives them)
     kid = k.name_id[k_sel]
-    uk, kinv = _distinct_ids(kid)
+    uk = distinct_ints(kid)
     names = [_name(trace, int(u)) for u in uk.tolist()]
     kmap = np.array([add("kernel:" + n, KERNEL, (n, "")) for n in names], dtype=np.int32)
-    if kinv is not None:
-        cls[:nk] = kmap[kinv]
-    elif nk:
-        lut = np.zeros(int(uk[-1]) + 1, np.int32)  # name id → class
-        lut[uk] = kmap
-        np.take(lut, kid, out=cls[:nk], mode="clip")  # every id is in the table
+    relabel(kid, uk, kmap, out=cls[:nk])
     # copies: one class per (kind, memory label)
     ckey = (c.kind[c_rows].astype(np.int64) * 64 + c.src_mem[c_rows].astype(np.int64) * 8
             + c.dst_mem[c_rows].astype(np.int64))
@@ -138,32 +133,12 @@ def items_for_device(trace: Trace, device: int) -> Items:
     )
 
 
-FEW_IDS = 12
-"""Up to this many distinct values in a column's range, count each with one comparison
-(0.15 ms per value at 1 M rows) rather than one ``bincount`` (2-3 ms)."""
-
-
 def _device_rows(device_col: np.ndarray, device: int) -> I64 | None:
     """The rows of a batch on ``device``; None when that is every row (no index built)."""
     on = device_col == device
     if int(np.count_nonzero(on)) == len(device_col):
         return None
     return np.flatnonzero(on)
-
-
-def _distinct_ids(ids: np.ndarray) -> tuple[I64, I64 | None]:
-    """The sorted distinct values of an id column (as ``np.unique``) and, where they do not
-    span a small range of non-negative ids, the index of each row's value among them (None:
-    the caller maps the rows through a table indexed by the id itself, one gather)."""
-    if len(ids) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi > SPAN_PER_VALUE * len(ids) + 1024:
-        return unique_inverse(ids)
-    if hi - lo < FEW_IDS:
-        seen = [v for v in range(lo, hi + 1) if v in (lo, hi) or bool(np.any(ids == v))]
-        return np.array(seen, np.int64), None
-    return np.flatnonzero(np.bincount(ids, minlength=hi + 1)).astype(np.int64), None
 
 
 def _name(trace: Trace, name_id: int) -> str:

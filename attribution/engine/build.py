@@ -18,7 +18,6 @@ import numpy.typing as npt
 
 from attribution.engine import publish_grid, regress
 from attribution.engine.activity import (
-    FEW_IDS,
     KERNEL,
     BusyFunction,
     Items,
@@ -53,6 +52,7 @@ from attribution.engine.timebase import (
 )
 from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, device_indices, idle_intervals
+from attribution.intsets import counts
 from attribution.model import F64, I32, I64, B, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 
@@ -316,14 +316,6 @@ class _Units:
     """Every class's items are in one group (no clamped kernel: the common case)."""
 
 
-def _class_counts(cls: I32, n_cls: int) -> I64:
-    """``np.bincount(cls, minlength=n_cls)``: with few classes one comparison per class,
-    cheaper than the bincount's cast of the column and its scattered counts."""
-    if n_cls <= FEW_IDS:
-        return np.array([np.count_nonzero(cls == c) for c in range(n_cls)], np.int64)
-    return np.bincount(cls, minlength=n_cls).astype(np.int64, copy=False)
-
-
 def _unit_groups(items: Items, clamped: B, key: npt.NDArray[np.intp], duration_ns_f: F64
                  ) -> _Units:
     """Regressor units: one per class and clamp state (kernels only are split), ranked into
@@ -340,16 +332,16 @@ def _unit_groups(items: Items, clamped: B, key: npt.NDArray[np.intp], duration_n
     if whole:
         # no clamped unit: unit 2c holds class c's items, 2c + 1 none; the bins are those of
         # the general form's bincounts (each class's items in row order)
-        calls = _class_counts(items.cls, n_cls)
+        calls = counts(items.cls, n_cls)
         t[0::2] = np.bincount(key, weights=duration_ns_f, minlength=n_cls)
         present[0::2] = calls > 0
     else:
         st = (clamped & (items.source == KERNEL)).astype(np.int64)
         unit = items.cls.astype(np.int64) * 2 + st
         t[:] = np.bincount(unit, weights=duration_ns_f, minlength=2 * n_cls)
-        counts = np.bincount(unit, minlength=2 * n_cls)
-        present[:] = counts > 0
-        calls = (counts[0::2] + counts[1::2]).astype(np.int64, copy=False)
+        per_unit = np.bincount(unit, minlength=2 * n_cls)
+        present[:] = per_unit > 0
+        calls = (per_unit[0::2] + per_unit[1::2]).astype(np.int64, copy=False)
     order, group_of_unit, n_groups = rank_units(t, np.repeat(label_ranks(items.labels), 2),
                                                 np.arange(2 * n_cls) % 2 == 1, present)
     class_group = np.where(group_of_unit[0::2] >= 0, group_of_unit[0::2], group_of_unit[1::2])
