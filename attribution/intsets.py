@@ -7,8 +7,7 @@ index among them), :func:`value_counts` and :func:`counts` (how many of each), c
 one comparison per value when the range holds only a few values, one ``bincount`` when it is
 small, and ``np.unique`` otherwise; :func:`relabel` (each entry's label, given one label per
 distinct value) by one gather through a table indexed by the id; and
-:func:`count_le_sorted`, ``searchsorted(..., side="right")`` of many sorted times among a
-few sorted boundaries by counting instead of searching.
+:func:`indices_by_value` (``np.flatnonzero(a == v)`` for every v, in two passes).
 """
 
 from __future__ import annotations
@@ -68,6 +67,23 @@ def relabel(a: np.ndarray, distinct: I64, label: np.ndarray, *, out: np.ndarray)
         np.take(label, np.searchsorted(distinct, a), out=out)
 
 
+def indices_by_value(a: np.ndarray, n: int) -> list[I64]:
+    """``[np.flatnonzero(a == v) for v in range(n)]`` for a column of small non-negative
+    codes (codes ≥ n are in no list): the most common code's entries by one pass over the
+    column, the others' among the rest (few), each list in column order."""
+    if len(a) == 0 or n == 0:
+        return [np.empty(0, np.int64) for _ in range(n)]
+    big = int(np.argmax(counts(a, n)))
+    out = [np.empty(0, np.int64)] * n
+    out[big] = np.flatnonzero(a == big)
+    rest = np.flatnonzero(a != big)
+    rest_code = a[rest]
+    for v in range(n):
+        if v != big:
+            out[v] = rest[rest_code == v]
+    return out
+
+
 def unique_inverse(a: np.ndarray) -> tuple[I64, I64]:
     """``np.unique(a, return_inverse=True)`` of an integer column: (sorted distinct values as
     int64, index of each entry's value among them)."""
@@ -99,11 +115,3 @@ def value_counts(a: np.ndarray) -> tuple[I64, I64]:
     cnt = np.bincount(a.astype(np.intp, copy=False) - lo, minlength=hi - lo + 1)
     at = np.flatnonzero(cnt)
     return at + lo, cnt[at].astype(np.int64, copy=False)
-
-
-def count_le_sorted(sorted_a: np.ndarray, t_sorted: np.ndarray) -> I64:
-    """``np.searchsorted(sorted_a, t_sorted, side="right")`` for sorted ``t_sorted``: each
-    of the (few) values of ``a`` is placed among the (many) ``t`` and the placements are
-    counted, instead of one binary search per ``t``."""
-    at = np.searchsorted(t_sorted, sorted_a, side="left")
-    return np.cumsum(np.bincount(at, minlength=len(t_sorted) + 1))[:len(t_sorted)]

@@ -1,9 +1,10 @@
-"""``np.percentile`` (its default, linear method) read off sorted data.
+"""``np.percentile`` (its default, linear method) read off sorted data, and ``np.median``.
 
 Owns the order statistics and the interpolation ``np.percentile`` uses, so callers that
 already hold sorted values (the live step index), can sort once (per-step energies) or
 sort many columns at once (the live bootstrap pool, columns of different lengths) get the
-same bits without its per-call work.  Tested against ``np.percentile`` itself.
+same bits without its per-call work; and :func:`median`, ``np.median``'s bits by one
+partition.  Tested against ``np.percentile`` and ``np.median`` themselves.
 """
 
 from __future__ import annotations
@@ -68,3 +69,17 @@ def column_percentiles(e: F64, q: F64) -> tuple[F64, I64]:
         j = np.arange(len(cols))[None, :]
         out[:, cols] = lerp(s[lo, j], s[hi, j], gamma)
     return out, seen
+
+
+def median(a: F64, *, overwrite: bool = False) -> float:
+    """``float(np.median(a))`` of a non-empty float column without NaN (durations), by one
+    partition at the middle (``np.median`` also partitions at the other middle and at the end,
+    for its NaN check, ≈ 9× the time at 1 M values): the same middle values, averaged by
+    the same ``np.mean``.  ``overwrite``: partition ``a`` itself (left reordered)."""
+    k = len(a) // 2
+    p = a if overwrite else a.copy()
+    p.partition(k)
+    if len(a) % 2:
+        return float(np.mean(p[k:k + 1]))
+    return float(np.mean(np.array([p[:k].max(), p[k]])))
+

@@ -318,14 +318,19 @@ def test_int_sets_are_np_unique(values: list[int], dtype: type) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(0, 40), max_size=300), st.sampled_from([1, 3, 12, 13, 41]),
        st.sampled_from(["dense", "few", "negative", "sparse"]))
-def test_int_counts_and_relabel_are_the_plain_forms(values: list[int], n: int,
-                                                    spread: str) -> None:
-    """``counts``, ``distinct_ints`` on a range of few values, and ``relabel`` through the id
-    table or the search."""
-    from attribution.intsets import counts, relabel
+def test_int_counts_relabel_and_indices_are_the_plain_forms(values: list[int], n: int,
+                                                            spread: str) -> None:
+    """``counts``, ``indices_by_value`` (codes past n in no list), ``distinct_ints`` on a
+    range of few values, and ``relabel`` through the id table or the search."""
+    from attribution.intsets import counts, indices_by_value, relabel
 
     a = np.array(values, np.int64)
+    codes = a % (n + 2)  # some codes ≥ n
     assert counts(a % n, n).tolist() == np.bincount(a % n, minlength=n)[:n].tolist()
+    got = indices_by_value(codes, n)
+    assert len(got) == n
+    for v, idx in enumerate(got):
+        assert idx.tolist() == np.flatnonzero(codes == v).tolist()
     ids = {"dense": a, "few": a % 5 + 7, "negative": a - 20, "sparse": a * 10**9}[spread]
     distinct = distinct_ints(ids)
     assert distinct.tolist() == np.unique(ids).tolist()
@@ -350,7 +355,7 @@ def test_items_for_device_on_several_devices() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_storm_spans_by_counting_equal_by_search(seed: int) -> None:
-    """Sorted gap starts are placed among the storms by counting; any order by a search."""
+    """Sorted gap starts are placed storm by storm (index ranges); any order by a search."""
     from attribution.ranking.storms import Storms, in_spans
 
     rng = np.random.default_rng(seed)
@@ -359,7 +364,7 @@ def test_storm_spans_by_counting_equal_by_search(seed: int) -> None:
     dev = rng.integers(0, 2, 40).astype(np.int64)
     storms = Storms(dev, s, e, np.ones(40, np.int64), np.ones(40, np.int64))
     t = np.sort(np.r_[rng.integers(0, 10**7, 3000), s, e, e - 1])
-    on = np.zeros(len(t), np.int64)  # one device: the sorted, counting path
+    on = np.zeros(len(t), np.int64)  # one device: the sorted, index-range path
     p = rng.permutation(len(t))
     got, shuffled = in_spans(t, on, storms), in_spans(t[p], on[p], storms)
     assert np.array_equal(got[p], shuffled)

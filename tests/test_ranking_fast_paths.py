@@ -1,9 +1,10 @@
 """The ranking's fast paths give exactly what the plain forms gave.
 
 Storm detection (candidate runs from the edges of a sliding AND of the links, sums over the
-candidate runs' kernels only, no gather on one GPU), the idle candidates (storm-claimed
-launch gaps by one index range per storm, each cause's gaps by a mask instead of a sort,
-the median by one partition, one buffer for the interval's dot products) are compared here,
+candidate runs' kernels only, no gather on one GPU), the storm spans (sorted times placed
+by one index range per storm) and the idle candidates (each cause's gaps by
+``intsets.indices_by_value`` instead of a sort, the median by ``quantiles.median``) are
+compared here,
 on random timelines built to hit the awkward cases (several GPUs, kernels out of start order,
 overlapping kernels, equal starts, zero-length kernels, runs right at ``MIN_RUN`` and at the
 duration and gap limits, storms with equal or unsorted starts, gaps on several devices,
@@ -14,27 +15,22 @@ float bit): the rewrites reorder no floating-point arithmetic.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attribution.idle import IdleIntervals
-from attribution.intsets import count_le_sorted, distinct_ints, unique_inverse, value_counts
+from attribution.intsets import distinct_ints, unique_inverse, value_counts
 from attribution.model import I64, KernelBatch, MarkerBatch, MarkerKind, Trace
 from attribution.ranking import RankInputs
 from attribution.ranking import idle_copies as ic
-from attribution.ranking import storms as storms_mod
 from attribution.ranking.common import (
     Candidate,
     enclosing_ranges,
     has_ranges,
-    median_finite,
 )
 from attribution.ranking.storms import (
     MAX_GAP_NS,
@@ -44,7 +40,7 @@ from attribution.ranking.storms import (
     TINY_NS,
     Storms,
     find_storms,
-    span_hits_sorted,
+    in_spans,
 )
 from attribution.snapshot import IDLE_CAUSES
 
@@ -109,10 +105,7 @@ def ref_in_spans(t_ns: I64, device: I64, storms: Storms) -> np.ndarray:
         s, e = s[o], e[o]
         on = device == dev
         t = t_ns if bool(on.all()) else t_ns[on]
-        if len(t) > 4 * len(s) and bool(np.all(t[1:] >= t[:-1])):
-            k = count_le_sorted(s, t) - 1
-        else:
-            k = np.searchsorted(s, t, side="right") - 1
+        k = np.searchsorted(s, t, side="right") - 1
         out[on] = (k >= 0) & (t < e[np.clip(k, 0, None)])
     return out
 
@@ -245,26 +238,13 @@ def _same_candidates(got: list[Candidate], want: list[Candidate]) -> None:
 # ---- storms -----------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _block(n: int) -> Iterator[None]:
-    was = storms_mod.BLOCK
-    storms_mod.BLOCK = n
-    try:
-        yield
-    finally:
-        storms_mod.BLOCK = was
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.tuples(st.integers(0, 10_000), st.integers(0, 600), st.integers(1, 3), st.booleans(),
-                 st.booleans(), st.sampled_from([1, 7, 64, storms_mod.BLOCK])))
-def test_find_storms_matches_the_plain_form(case: tuple[int, int, int, bool, bool, int]
-                                            ) -> None:
-    seed, n, devices, shuffle, overlap, block = case
+                 st.booleans()))
+def test_find_storms_matches_the_plain_form(case: tuple[int, int, int, bool, bool]) -> None:
+    seed, n, devices, shuffle, overlap = case
     tr = _kernel_trace(seed, n, devices=devices, shuffle=shuffle, overlap=overlap)
-    with _block(block):  # several blocks: ends out of order first in a later one
-        got = find_storms(_inputs(tr))
-    _same_storms(got, ref_find_storms(_inputs(tr)))
+    _same_storms(find_storms(_inputs(tr)), ref_find_storms(_inputs(tr)))
 
 
 def test_find_storms_on_a_long_timeline_finds_many() -> None:
@@ -351,8 +331,8 @@ def test_idle_candidates_match_the_plain_form(case: tuple[Any, ...]) -> None:
 
 
 def test_idle_candidates_on_one_gpu_with_found_storms() -> None:
-    """The common case: storms from the kernels, gaps sorted on the one GPU; the claimed
-    launch gaps go by index ranges and most gaps are launch gaps."""
+    """The common case: storms from the kernels, gaps sorted on the one GPU (in_spans places
+    them by index ranges) and most gaps are launch gaps."""
     tr = _kernel_trace(11, 30_000, devices=1, shuffle=False, overlap=False)
     storms, _ = find_storms(_inputs(tr))
     kb = tr.kernels
@@ -360,7 +340,6 @@ def test_idle_candidates_on_one_gpu_with_found_storms() -> None:
     rng = np.random.default_rng(0)
     cause = rng.choice(4, len(s), p=[0.8, 0.02, 0.03, 0.15]).astype(np.uint8)
     iv = IdleIntervals(s, np.maximum(e, s), np.zeros(len(s), np.int16), cause)
-    assert span_hits_sorted(iv.start_ns, iv.device, storms) is not None
     energy = (iv.end_ns - iv.start_ns).astype(np.float64) * 60e-9
     inp = _inputs(tr, iv, energy)
     got = ic.idle_candidates(inp, storms)
@@ -368,55 +347,35 @@ def test_idle_candidates_on_one_gpu_with_found_storms() -> None:
     assert len(got) == 4 and "not counting" in got[0].evidence
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.integers(1, 400), st.integers(1, 60), st.booleans())
-def test_span_hits_are_where_in_spans_is_set(seed: int, n: int, k: int, ties: bool) -> None:
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.tuples(st.integers(0, 10_000), st.integers(0, 400), st.integers(0, 60),
+                 st.integers(1, 3)), st.booleans(), st.booleans())
+def test_in_spans_by_ranges_is_the_search(case: tuple[int, int, int, int], ties: bool,
+                                          unsorted: bool) -> None:
+    """Sorted times placed storm by storm (index ranges) give the one-search-per-time mask,
+    with equal starts, storms out of order and several devices; shuffled times (the search
+    path) give the same mask, time by time."""
+    seed, n, k, devices = case
     rng = np.random.default_rng(seed)
-    iv = _gaps(rng, n, 1, True)
-    storms = _storms_over(rng, iv, k, 1, ties=ties, unsorted=False)
-    got = span_hits_sorted(iv.start_ns, iv.device, storms)
-    want = np.flatnonzero(ref_in_spans(iv.start_ns, iv.device.astype(np.int64), storms))
-    strict = bool(np.all(storms.start_ns[1:] > storms.start_ns[:-1]))
-    if len(storms) == 0 or not strict:
-        assert got is None
-    else:
-        assert got is not None and np.array_equal(got, want)
+    iv = _gaps(rng, n, devices, True)
+    storms = _storms_over(rng, iv, k, devices, ties=ties, unsorted=unsorted)
+    got = in_spans(iv.start_ns, iv.device, storms)
+    assert np.array_equal(got, ref_in_spans(iv.start_ns, iv.device.astype(np.int64), storms))
+    p = rng.permutation(len(iv))
+    assert np.array_equal(in_spans(iv.start_ns[p], iv.device[p], storms), got[p])
 
 
-def test_span_hits_leave_other_cases_to_in_spans() -> None:
-    s = np.array([10, 20, 30], np.int64)
-    storms = Storms(np.zeros(3, np.int64), s, s + 5, np.ones(3, np.int64), np.ones(3, np.int64))
+def test_in_spans_ranges_at_the_edges() -> None:
+    """A storm holds its start, not its end; a time at the next storm's start is the next
+    one's, even where the earlier storm has not ended."""
+    s = np.array([30, 10, 20], np.int64)  # out of order
+    e = np.array([35, 15, 32], np.int64)
+    storms = Storms(np.zeros(3, np.int64), s, e, np.ones(3, np.int64), np.ones(3, np.int64))
     t = np.arange(0, 40, dtype=np.int64)
-    dev = np.zeros(len(t), np.int16)
-    got = span_hits_sorted(t, dev, storms)
-    assert got is not None and got.tolist() == [10, 11, 12, 13, 14, 20, 21, 22, 23, 24,
-                                                30, 31, 32, 33, 34]
-    assert span_hits_sorted(t[::-1].copy(), dev, storms) is None  # times out of order
-    assert span_hits_sorted(t, dev + 1, storms) is None  # another device's times
-    two = Storms(np.array([0, 1, 0]), s, s + 5, storms.kernels, storms.busy_ns)
-    assert span_hits_sorted(t, dev, two) is None  # storms on two devices
-    tied = Storms(storms.device, np.array([10, 10, 30]), s + 5, storms.kernels, storms.busy_ns)
-    assert span_hits_sorted(t, dev, tied) is None  # equal starts
-
-
-# ---- the median -------------------------------------------------------------------------
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 50), min_size=1, max_size=80), st.integers(0, 3))
-def test_median_finite_is_np_median(values: list[int], scale: int) -> None:
-    a = np.array(values, np.int64).astype(np.float64) * [1e-9, 0.1, 1.0, 3.7][scale]
-    want = float(np.median(a))
-    assert repr(median_finite(a)) == repr(want)
-    b = a.copy()
-    assert repr(median_finite(b, overwrite=True)) == repr(want)
-    assert sorted(b.tolist()) == sorted(a.tolist())
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 1000, 1001, 100_000])
-def test_median_finite_on_durations(n: int) -> None:
-    d = np.random.default_rng(n).integers(0, 2_000_000, n).astype(np.float64) * 1e-9
-    assert repr(median_finite(d)) == repr(float(np.median(d)))
+    got = in_spans(t, np.zeros(len(t), np.int16), storms)
+    assert np.flatnonzero(got).tolist() == [*range(10, 15), *range(20, 35)]
+    assert np.array_equal(got, ref_in_spans(t, np.zeros(len(t), np.int64), storms))
+    assert not in_spans(t, np.ones(len(t), np.int16), storms).any()  # another device's times
 
 
 # ---- name counts ------------------------------------------------------------------------

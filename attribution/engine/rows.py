@@ -14,6 +14,7 @@ import numpy as np
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
 from attribution.engine.counter import counter_energy_j
+from attribution.intsets import indices_by_value
 from attribution.model import Trace
 from attribution.owners import OwnerMap
 from attribution.precision import precision_of
@@ -71,62 +72,27 @@ def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], l
 
 
 def _idle_sums(arrays: Arrays) -> dict[tuple[int, int], tuple[int, float, int]]:
-    """Per (device, cause index) of the results' devices and ``IDLE_CAUSES``: (Σ gap ns as
-    int64 adds them, Σ gap energy as ``x[gaps].sum()`` adds it, gaps), over that device's
-    gaps of that cause in gap order."""
+    """Per (device, cause index) of the results' devices and ``IDLE_CAUSES``: (Σ gap ns,
+    Σ gap energy, gaps), each sum over that device's gaps of that cause in gap order."""
     idle = arrays.idle
     causes = len(IDLE_CAUSES)
-    energy_j = arrays.idle_energy_j
-    out: dict[tuple[int, int], tuple[int, float, int]] = {}
-    if len(arrays.devices) == 1 and causes:
-        # one device: each cause's gaps picked in gap order, as the stable sort below does
-        dev = arrays.devices[0].device
-        on = idle.device == dev
-        code = idle.cause  # the gap's cause; ``causes``: not in any row
-        if int(np.count_nonzero(on)) < len(idle) or (len(idle) and int(code.max()) >= causes):
-            code = np.where(on & (code < causes), code, causes).astype(np.uint8)
-        counts = [int(np.count_nonzero(code == ci)) for ci in range(causes)]
-        big = int(np.argmax(counts))
-        # the largest cause's gaps by one search, the rest's within the others (few)
-        others = np.flatnonzero(code != big)
-        other_code = code[others]
-        ns: list[int] = [0] * causes
-        for ci in range(causes):
-            if ci != big:
-                m = others[other_code == ci]
-                ns[ci] = int((idle.end_ns[m] - idle.start_ns[m]).sum())
-                out[dev, ci] = (ns[ci], float(energy_j[m].sum()), counts[ci])
-        m = others[other_code == causes]
-        rest_ns = int((idle.end_ns[m] - idle.start_ns[m]).sum())
-        # an integer sum does not depend on the order (int64 wraps alike): the largest
-        # cause's is the total less the others'
-        total = int(idle.end_ns.sum()) - int(idle.start_ns.sum())
-        big_j = (energy_j if counts[big] == len(idle) else energy_j.compress(code == big)).sum()
-        out[dev, big] = (_wrap_int64(total - sum(ns) - rest_ns), float(big_j), counts[big])
-        return out
-    # the gaps of each (device, cause), in gap order: one stable sort, then slices (the same
-    # elements in the same order as a mask, so the same sums)
-    dev_ix = {r.device: i for i, r in enumerate(arrays.devices)}
-    lut = np.full(1 << 16, len(dev_ix), np.int64)  # device columns are int16
-    for d, i in dev_ix.items():
-        lut[d & 0xFFFF] = i
-    slot = lut[idle.device.astype(np.int64) & 0xFFFF]
-    key = np.where(idle.cause < causes, slot * causes + idle.cause, (len(dev_ix) + 1) * causes)
-    n_keys = (len(dev_ix) + 1) * causes + 1
-    by_key = np.argsort(key.astype(np.uint8 if n_keys <= 256 else np.int64), kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))]
+    slots = len(arrays.devices) * causes
+    # each gap's (device slot, cause) code; `slots`: a gap in no row (another device, no cause)
+    if len(arrays.devices) == 1:
+        on = idle.device == arrays.devices[0].device
+        code = np.where(on & (idle.cause < causes), idle.cause, slots)
+    else:
+        lut = np.full(1 << 16, len(arrays.devices), np.int64)  # device columns are int16
+        for i, r in enumerate(arrays.devices):
+            lut[r.device & 0xFFFF] = i
+        slot = lut[idle.device.astype(np.int64) & 0xFFFF]
+        code = np.where((slot < len(arrays.devices)) & (idle.cause < causes),
+                        slot * causes + idle.cause, slots)
     dur_ns = idle.duration_ns
-    for d, i in dev_ix.items():
-        for ci in range(causes):
-            j = i * causes + ci
-            m = by_key[bounds[j]:bounds[j + 1]]
-            out[d, ci] = (int(dur_ns[m].sum()), float(energy_j[m].sum()), len(m))
-    return out
-
-
-def _wrap_int64(x: int) -> int:
-    """``x`` as int64 arithmetic leaves it (modulo 2⁶⁴, signed)."""
-    return (x + (1 << 63)) % (1 << 64) - (1 << 63)
+    by_code = indices_by_value(code, slots)
+    return {(r.device, ci): (int(dur_ns[m].sum()), float(arrays.idle_energy_j[m].sum()), len(m))
+            for i, r in enumerate(arrays.devices)
+            for ci, m in enumerate(by_code[i * causes:(i + 1) * causes])}
 
 
 def close_totals(kernels: list[KernelRow], copies: list[CopyRow], idle: list[IdleRow], *,

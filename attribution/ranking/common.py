@@ -115,22 +115,6 @@ def enclosing_ranges(trace: Trace, start_ns: I64, end_ns: I64, top: int = 2) -> 
     return tuple(trace.name(int(uniq[i])) for i in best)
 
 
-def median_finite(a: F64, *, overwrite: bool = False) -> float:
-    """``float(np.median(a))`` of a non-empty float column without NaN or -0.0 (durations),
-    by one partition at the middle (``np.median`` also partitions at the other middle and the
-    end, for its NaN check): the same middle values, averaged by the same ``np.mean``.
-    ``overwrite``: partition ``a`` itself (it is left reordered) instead of a copy."""
-    k = len(a) // 2
-    if overwrite:
-        a.partition(k)
-        p = a
-    else:
-        p = np.partition(a, k)
-    if len(a) % 2:
-        return float(np.mean(p[k:k + 1]))
-    return float(np.mean(np.array([p[:k].max(), p[k]])))
-
-
 def fmt_j(v: float) -> str:
     return f"{v:.3g} J"
 

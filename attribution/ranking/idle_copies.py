@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from attribution.intsets import indices_by_value
+from attribution.quantiles import median
 from attribution.ranking.common import (
     Candidate,
     RankInputs,
     RowInputs,
     enclosing_ranges,
     has_ranges,
-    median_finite,
     scaled_ci,
 )
-from attribution.ranking.storms import Storms, in_spans, span_hits_sorted
+from attribution.ranking.storms import Storms, in_spans
 from attribution.snapshot import IDLE_CAUSES, CopyRow, IdleRow
 
 NOMINAL_PINNED_GBPS = 20.0
@@ -54,22 +55,16 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
     iv = inp.arrays.idle
     if len(iv) == 0:
         return []
-    dur_ns = iv.duration_ns
+    dur_s = iv.duration_ns.astype(np.float64) * 1e-9
     # each gap's group: its cause, or len(IDLE_CAUSES) for launch gaps inside storms
     key = iv.cause
     n_claimed = 0
     if len(storms):
-        launch = IDLE_CAUSES.index("launch_gap")
-        hit = span_hits_sorted(iv.start_ns, iv.device, storms)
-        if hit is None:
-            hit = np.flatnonzero((iv.cause == launch) & in_spans(
-                iv.start_ns, iv.device.astype(np.int64), storms))
-        else:
-            hit = hit[iv.cause[hit] == launch]
-        if len(hit):
-            key = iv.cause.copy()
-            key[hit] = len(IDLE_CAUSES)
-        n_claimed = len(hit)
+        claimed = (iv.cause == IDLE_CAUSES.index("launch_gap")) & in_spans(
+            iv.start_ns, iv.device, storms)
+        n_claimed = int(np.count_nonzero(claimed))
+        if n_claimed:
+            key = np.where(claimed, len(IDLE_CAUSES), iv.cause).astype(np.uint8)
     devs = inp.arrays.devices
     one_gpu = len(devs) == 1 and bool(np.all(iv.device == devs[0].device))
     lo = hi = np.empty(0)
@@ -77,26 +72,19 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
         _, lo, hi = inp.per_record(iv.device.astype(np.int64))
     any_ranges = has_ranges(inp.trace)
     out: list[Candidate] = []
-    # the gaps of each group in gap order (the elements and order of a stable sort's slices):
-    # the first cause (most gaps) by its own mask, the rest from the gaps outside it
-    rest = np.flatnonzero(key != 0)
-    rest_key = key[rest]
-    for ci, cause in enumerate(IDLE_CAUSES):
-        m = np.flatnonzero(key == 0) if ci == 0 else rest[rest_key == ci]
+    # the gaps of each cause (claimed ones apart), in gap order
+    by_cause = indices_by_value(key, len(IDLE_CAUSES))
+    for cause, m in zip(IDLE_CAUSES, by_cause, strict=True):
         if len(m) == 0:
             continue
-        buf = dur_ns[m]
-        d = buf.astype(np.float64)
-        d *= 1e-9  # the values of the whole column's duration_ns * 1e-9, taken at m
+        d = dur_s[m]
         t = float(d.sum())
-        scratch = buf.view(np.float64)  # the gaps' energies, then the interval's powers
-        np.take(inp.arrays.idle_energy_j, m, out=scratch, mode="clip")  # m is in range
-        e = float(scratch.sum())
+        e = float(inp.arrays.idle_energy_j[m].sum())
         if not e > 0:
             continue
         n = len(m)
-        ci_j = _ci(lo, hi, m, d, devs[0].p_idle_ci_w if one_gpu else None, scratch=scratch)
-        med_us = median_finite(d, overwrite=True) * 1e6  # d's order is no longer needed
+        ci_j = _ci(lo, hi, m, d, devs[0].p_idle_ci_w if one_gpu else None)
+        med_us = median(d, overwrite=True) * 1e6  # d's order is not needed after this
         pw = e / t if t > 0 else 0.0
         ev = (f"{n} gaps, {t:.3f} s with no kernel or copy running (median gap {med_us:.0f} µs) "
               f"at {pw:.0f} W active idle")
@@ -116,16 +104,12 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
 
 
 def _ci(lo: np.ndarray, hi: np.ndarray, m: np.ndarray, d: np.ndarray,
-        one_gpu_ci_w: tuple[float, float] | None, *, scratch: np.ndarray
-        ) -> tuple[float, float]:
+        one_gpu_ci_w: tuple[float, float] | None) -> tuple[float, float]:
     """(Σ P_idle low × t, Σ P_idle high × t) over the gaps ``m`` (durations ``d``); on one
-    GPU the per-gap powers are its constants (the same dot products, without gathering):
-    filled into ``scratch`` (a free float64 buffer of ``len(m)``, the values of ``np.full``)."""
+    GPU the per-gap powers are its constants (the same dot products, without gathering)."""
     if one_gpu_ci_w is not None:
-        scratch.fill(float(one_gpu_ci_w[0]))
-        low = float(scratch @ d)
-        scratch.fill(float(one_gpu_ci_w[1]))
-        return low, float(scratch @ d)
+        return (float(np.full(len(m), float(one_gpu_ci_w[0])) @ d),
+                float(np.full(len(m), float(one_gpu_ci_w[1])) @ d))
     return float(lo[m] @ d), float(hi[m] @ d)
 
 

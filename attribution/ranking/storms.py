@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from attribution.intsets import count_le_sorted, distinct_ints, value_counts
+from attribution.intsets import distinct_ints, value_counts
 from attribution.model import I64
 from attribution.ranking.common import Candidate, RankInputs, enclosing_ranges
 
@@ -116,32 +116,15 @@ def _device_storms(s: I64, e: I64) -> tuple[I64, I64, I64, I64, I64] | None:
     return first, last, n, busy[ok], _ranges(first, n)
 
 
-BLOCK = 1 << 15
-"""Kernels per block of :func:`_flags`' int64 temporaries (kept small: a fresh 1 M-kernel
-temporary costs more in page faults than the arithmetic on it)."""
-
-
 def _flags(s: I64, e: I64) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel in start order: shorter than ``TINY_NS``; per pair of neighbours: both
     shorter than ``SHORT_NS`` and the gap from the latest end so far (overlapping streams) to
-    the next start under ``MAX_GAP_NS``.  Block by block, through one small buffer."""
-    n = len(s)
-    short, tiny, link = np.empty(n, bool), np.empty(n, bool), np.empty(n - 1, bool)
-    tmp = np.empty(min(n, BLOCK), np.int64)
-    run_end = e  # the latest end so far, while the ends come in order
-    for a in range(0, n, BLOCK):
-        b = min(a + BLOCK, n)
-        d = np.subtract(e[a:b], s[a:b], out=tmp[:b - a])
-        np.less(d, SHORT_NS, out=short[a:b])
-        np.less(d, TINY_NS, out=tiny[a:b])
-        c = min(b, n - 1)
-        if run_end is e and not bool(np.all(e[a + 1:c + 1] >= e[a:c])):
-            run_end = np.maximum.accumulate(e)  # the blocks before were in order: unchanged
-        g = np.subtract(s[a + 1:c + 1], run_end[a:c], out=tmp[:c - a])
-        np.less(g, MAX_GAP_NS, out=link[a:c])
-    link &= short[:-1]
-    link &= short[1:]
-    return tiny, link
+    the next start under ``MAX_GAP_NS``."""
+    d = e - s
+    short = d < SHORT_NS
+    run_end = e if bool(np.all(e[1:] >= e[:-1])) else np.maximum.accumulate(e)
+    link = short[:-1] & short[1:] & ((s[1:] - run_end[:-1]) < MAX_GAP_NS)
+    return d < TINY_NS, link
 
 
 def _ranges(first: I64, n: I64) -> I64:
@@ -179,37 +162,31 @@ def storm_candidate(inp: RankInputs, storms: Storms, names: dict[str, int]) -> C
         owner_names=tuple(ranges) + tuple(top))
 
 
-def in_spans(t_ns: I64, device: I64, storms: Storms) -> np.ndarray:
-    """Mask of times ``t_ns`` (on ``device``) that fall inside a storm of that device."""
+def in_spans(t_ns: I64, device: np.ndarray, storms: Storms) -> np.ndarray:
+    """Mask of times ``t_ns`` (on ``device``) that fall inside a storm of that device: the
+    last storm to start at or before t has not ended.  Times in ascending order (idle gaps
+    come so) are placed storm by storm: storm k holds the times in
+    ``[start_k, min(end_k, start_k+1))``, one index range by two searches, instead of one
+    search per time."""
     out = np.zeros(len(t_ns), bool)
-    for dev in np.unique(storms.device).tolist():
+    for dev in distinct_ints(storms.device).tolist():
         m = storms.device == dev
         s, e = storms.start_ns[m], storms.end_ns[m]
         o = np.argsort(s)
         s, e = s[o], e[o]
         on = device == dev
-        t = t_ns if bool(on.all()) else t_ns[on]
-        if len(t) > 4 * len(s) and bool(np.all(t[1:] >= t[:-1])):  # idle gaps come sorted
-            k = count_le_sorted(s, t) - 1
+        every = bool(on.all())
+        t = t_ns if every else t_ns[on]
+        if bool(np.all(t[1:] >= t[:-1])):
+            stop = np.minimum(e, np.r_[s[1:], e[-1:]])  # from the next start on: the next storm's
+            lo = np.searchsorted(t, s, side="left")
+            inside = np.zeros(len(t), bool)
+            inside[_ranges(lo, np.maximum(np.searchsorted(t, stop, side="left") - lo, 0))] = True
         else:
             k = np.searchsorted(s, t, side="right") - 1
-        out[on] = (k >= 0) & (t < e[np.clip(k, 0, None)])
+            inside = (k >= 0) & (t < e[np.clip(k, 0, None)])
+        if every:
+            out |= inside
+        else:
+            out[on] = inside
     return out
-
-
-def span_hits_sorted(t_ns: I64, device: np.ndarray, storms: Storms) -> I64 | None:
-    """The indices where :func:`in_spans` is set, for times sorted ascending, all on the one
-    device of all the storms, whose starts strictly increase (one GPU, as :func:`find_storms`
-    gives them): the times in ``[start_k, min(end_k, start_k+1))`` are storm k's, one index
-    range by two searches each.  None where :func:`in_spans` must decide."""
-    s, e = storms.start_ns, storms.end_ns
-    if len(s) == 0 or len(t_ns) == 0:
-        return None
-    dev = int(storms.device[0])
-    if not (bool(np.all(storms.device == dev)) and bool(np.all(s[1:] > s[:-1]))
-            and bool(np.all(device == dev)) and bool(np.all(t_ns[1:] >= t_ns[:-1]))):
-        return None
-    stop = np.minimum(e, np.r_[s[1:], e[-1:]])  # a time past the next start is the next's
-    lo = np.searchsorted(t_ns, s, side="left")
-    n = np.maximum(np.searchsorted(t_ns, stop, side="left") - lo, 0)
-    return _ranges(lo, n)
