@@ -7,7 +7,8 @@ index among them), :func:`value_counts` and :func:`counts` (how many of each), c
 one comparison per value when the range holds only a few values, one ``bincount`` when it is
 small, and ``np.unique`` otherwise; :func:`relabel` (each entry's label, given one label per
 distinct value) by one gather through a table indexed by the id; and
-:func:`indices_by_value` (``np.flatnonzero(a == v)`` for every v, in two passes).
+:func:`indices_by_value` (``np.flatnonzero(a == v)`` for every v, in two passes or one
+stable sort).
 """
 
 from __future__ import annotations
@@ -69,11 +70,18 @@ def relabel(a: np.ndarray, distinct: I64, label: np.ndarray, *, out: np.ndarray)
 
 def indices_by_value(a: np.ndarray, n: int) -> list[I64]:
     """``[np.flatnonzero(a == v) for v in range(n)]`` for a column of small non-negative
-    codes (codes ≥ n are in no list): the most common code's entries by one pass over the
-    column, the others' among the rest (few), each list in column order."""
+    codes (codes ≥ n are in no list), each list in column order.  With few codes: the most
+    common code's entries by one pass over the column, the others' among the rest; with more
+    (several GPUs × causes), slices of one stable sort of the codes."""
     if len(a) == 0 or n == 0:
         return [np.empty(0, np.int64) for _ in range(n)]
-    big = int(np.argmax(counts(a, n)))
+    per = counts(a, n)
+    if n > FEW_VALUES:
+        key = np.minimum(a, n).astype(np.uint8 if n < 256 else np.int64)  # uint8: radix sort
+        order = np.argsort(key, kind="stable")
+        bounds = np.r_[0, np.cumsum(per)]
+        return [order[bounds[v]:bounds[v + 1]].astype(np.int64, copy=False) for v in range(n)]
+    big = int(np.argmax(per))
     out = [np.empty(0, np.int64)] * n
     out[big] = np.flatnonzero(a == big)
     rest = np.flatnonzero(a != big)
