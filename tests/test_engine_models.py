@@ -55,9 +55,22 @@ def test_clamp_episode_is_fitted_per_clamp_state() -> None:
     err = sum(abs(rel[k][0] - truth[k]) for k in kernels) / sum(truth[k] for k in kernels)
     assert err < 0.05  # was 0.5 with one ΔP per class
     assert len(set(d.item_group.tolist())) > len(kernels)  # clamped instances are split off
-    for k, (_, lo, hi, r) in rel.items():
-        if r:
-            assert lo <= truth[k] <= hi, k
+
+
+def test_clamp_episode_intervals_cover_the_truth_as_90_percent_intervals_should() -> None:
+    """The class intervals are 90 % intervals: over ten seeds of clamp_episode, at least 85 %
+    of the resolvable classes' intervals hold the truth (measured: 41 of 46).  Asking every
+    class of one seed to be covered asks a 90 % interval never to miss: with five or six
+    resolvable classes per seed, three of these ten seeds have a miss."""
+    covered = total = 0
+    for seed in range(1, 11):
+        rel, (res, _) = _truth_rel("clamp_episode", "a100", seed=seed)
+        for k, (_, lo, hi, r) in rel.items():
+            if r:
+                total += 1
+                covered += lo <= res.truth.class_dynamic_j[k] <= hi
+    assert total >= 40
+    assert covered >= 0.85 * total
 
 
 @pytest.mark.parametrize("scenario", ["pageable_copies", "demo"])

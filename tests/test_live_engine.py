@@ -368,28 +368,47 @@ def test_clock_log_applies_the_batch_clamp_rule() -> None:
     assert np.array_equal(log.clamped_at(many), nearest_clamped(log.t_ns, log.clamped, many))
 
 
+def _true_kernel_dynamic_in(sim: Any, win: tuple[int, int]) -> dict[str, float]:
+    """The simulator's dynamic J per kernel class over the kernels inside ``win`` (as
+    :func:`batch_on` selects them), scaled by the board gain the sensor reads through."""
+    k = sim.trace.kernels
+    inside = np.nonzero((k.start_ns >= win[0]) & (k.end_ns <= win[1]))[0]
+    out: dict[str, float] = {}
+    for i in inside:
+        lab = "kernel:" + sim.trace.strings[int(k.name_id[i])]
+        out[lab] = out.get(lab, 0.0) + float(sim.truth.kernel_dynamic_j[i]) * sim.truth.gain
+    return out
+
+
 @pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "rtx3090"), ("demo", "rtx4090")])
 def test_consumer_boards_fit_the_slow_stage_and_tail_as_the_batch_engine_does(
         scenario: str, gpu: str) -> None:
-    """Consumer presets: the live fit has the slow second stage and the boost tail, so its
-    per-class split follows the batch engine's within 12 % on a 30 s horizon (without them:
-    30-50 % apart on 70 s runs; the lags are fitted on different spans), and
-    both flag every class (the boost model is approximate)."""
-    trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=4).trace
+    """Consumer presets: the live fit has the slow second stage and the boost tail, so on a
+    30 s horizon its per-class split is within 10 % of the truth, as the batch engine's is
+    (without them: 30-50 % apart on 70 s runs), and both flag every class (the boost model is
+    approximate).  Each engine is held to the truth rather than to the other: their lags and
+    slow stages are fitted on different spans and can err on opposite sides (varied_mix on
+    rtx3090: live +8.0 %, batch -5.5 % on the softmax class)."""
+    sim = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=4)
+    trace = sim.trace
     eng = LiveEngine(devices=trace.devices, horizon_s=30.0)
     live = drive(trace, eng)
     assert live is not None
-    batch = batch_on(trace, (live.window.start_ns, live.window.end_ns))
+    win = (live.window.start_ns, live.window.end_ns)
+    batch = batch_on(trace, win)
     assert eng.dev[0].boost.modelled and eng.dev[0].boost.slow[1] > 0
     assert live.meta["slow_response"]["0"][1] > 0
     assert live.meta["boost_tail_j"]["0"] == pytest.approx(batch.meta["boost_tail_j"]["0"],
                                                            rel=0.5)
     assert live.totals.energy_j == pytest.approx(batch.totals.energy_j, rel=0.01)
     lv, bv = _dynamic_by_class(live), _dynamic_by_class(batch)
-    dyn_total = sum(d for d, _ in bv.values())
-    for c, (d, _) in bv.items():
-        if d >= 0.05 * dyn_total:
-            assert lv[c][0] == pytest.approx(d, rel=0.12), c
+    truth = _true_kernel_dynamic_in(sim, win)
+    dyn_total = sum(truth.values())
+    big = [c for c, t in truth.items() if t >= 0.05 * dyn_total]
+    assert len(big) >= 3
+    for c in big:
+        assert lv[c][0] == pytest.approx(truth[c], rel=0.10), c
+        assert bv[c][0] == pytest.approx(truth[c], rel=0.10), c
     assert not any(r for _, r in [*lv.values(), *bv.values()])
     assert all(r.why.startswith("consumer-card boost: the fitted") for r in live.kernels)
 

@@ -405,20 +405,29 @@ def test_a_log_polled_no_faster_than_the_sensor_has_no_poll_phase_to_keep() -> N
 
 def test_a_locked_logs_intervals_span_the_publishes_at_either_end_of_their_polls() -> None:
     """Through a locked log the averaged model's intervals missed most kernels' truth (simulated
-    suite: 49 % coverage); the interval now also spans the fits with every publish at the
-    start and at the end of its poll interval, each with its own lag."""
-    def covered(trace: Trace, truth: dict[str, float]) -> int:
+    suite, ΔP prior at 0.02 readings: 49 % coverage); the interval now also spans the fits with
+    every publish at the start and at the end of its poll interval, each with its own lag.
+    The spanning only widens (each class's interval holds the averaged model's), and on
+    these two runs it covers what the averaged model alone misses (12 of 12 against 9 of 12;
+    4 of 12 when the prior weighed 0.02 readings)."""
+    def intervals(trace: Trace) -> dict[str, tuple[float, float]]:
         snap = attribute(trace, n_boot=30)
-        return sum(k.dynamic_energy_ci_j[0] <= truth["kernel:" + k.name]
-                   <= k.dynamic_energy_ci_j[1] for k in snap.kernels)
+        return {"kernel:" + k.name: k.dynamic_energy_ci_j for k in snap.kernels}
 
-    with_ends = without = 0
+    with_ends = without = widened = 0
     for scenario in ("lag_10", "varied_mix"):
         spec = dataclasses.replace(SCENARIOS[scenario], locked_polls=True)
         res = simulate(scenario=scenario, gpu="h200", seconds=30.0, seed=7, spec=spec)
         trace = through_files(res.trace)
-        with_ends += covered(trace, res.truth.class_dynamic_j)
+        truth = res.truth.class_dynamic_j
+        ends = intervals(trace)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(pg, "LOCKED_POLLS", 0.0)  # never locked: the averaged model alone
-            without += covered(trace, res.truth.class_dynamic_j)
-    assert with_ends >= 8 and without <= 4  # of 12 kernel classes
+            alone = intervals(trace)
+        assert ends.keys() == alone.keys()
+        for k, (lo, hi) in ends.items():
+            assert lo <= alone[k][0] + 1e-9 and alone[k][1] <= hi + 1e-9, k
+            widened += (lo, hi) != alone[k]
+            with_ends += lo <= truth[k] <= hi
+            without += alone[k][0] <= truth[k] <= alone[k][1]
+    assert widened >= 6 and with_ends >= 11 and with_ends > without  # of 12 kernel classes

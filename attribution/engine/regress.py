@@ -24,8 +24,10 @@ from scipy.optimize import nnls
 
 from attribution.model import F64, I64
 
-PRIOR_READINGS = 0.02
-"""Weight of the ΔP prior, in readings fully occupied by the class (Σ x² units)."""
+PRIOR_READINGS = 0.005
+"""Weight of the ΔP prior, in readings fully occupied by the class (Σ x² units).  Measured
+(docs/accuracy.md, "Prior weight"): at 0.02 the prior decided the short classes wherever
+long sensor windows smooth the activity (W = T = 100 ms), and P_idle paid for it."""
 IDLE_PRIOR_READINGS = 0.5
 """Weight of the P_idle prior, in idle readings."""
 PRIOR_SPAN_UNKNOWN = (0.0, 2.0)
