@@ -573,3 +573,20 @@ def test_demo_feed_polls_between_snapshots_run_the_refit_work() -> None:
             assert st.redo is None or st.redo.complete or st.ahead
             stepped += st.ahead
     assert feed._live.refits >= 2 and stepped >= 10 and polls > 100
+
+
+def test_a_refit_landing_after_new_units_appeared_widens_the_rows() -> None:
+    """A refit's re-reduction reads records newer than the refit, where a unit the row ring
+    has no column for yet (a kernel's clamped instances, first clamped after the refit
+    started) can appear: the ring is widened to it.  demo on rtx3090, 1 s ticks of 40
+    lag-grid units: the re-reduction used to stop the engine with a shape mismatch ((40, 14)
+    into (40, 8))."""
+    trace = simulate(scenario="demo", gpu="rtx3090", seconds=70.0, seed=4).trace
+    eng = LiveEngine(devices=trace.devices, horizon_s=60.0, lag_units_per_tick=40)
+    snap = drive(trace, eng, tick_ns=1_000_000_000)
+    assert snap is not None and eng.refits >= 2
+    rows = eng.dev[0].rows
+    assert rows.n_cls == len(eng.dev[0].classes)
+    batch = batch_on(trace, (snap.window.start_ns, snap.window.end_ns))
+    assert {k.name for k in snap.kernels} == {k.name for k in batch.kernels}
+    assert snap.totals.energy_j == pytest.approx(batch.totals.energy_j, rel=0.01)

@@ -97,6 +97,15 @@ def redo_rows(st: DeviceState, chunks: ChunkBuffer, rows: float) -> None:
     r.done = k
 
 
+def _widened_view(st: DeviceState) -> tuple[I64, F64, F64, F64, F64]:
+    """The row ring's view with a column for every class and unit the table holds now."""
+    n_cls = len(st.classes)
+    if st.rows.n_cls < n_cls:
+        z = np.zeros((0, n_cls))
+        st.rows.append(np.empty(0, np.int64), np.empty(0), (z, z, z))
+    return st.rows.view()
+
+
 def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
     """A complete ``st.redo`` applied: its rows written into the ring, every row at once,
     the rows reduced since the refit recomputed from the buffer, and the refit's values made
@@ -106,11 +115,7 @@ def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
     lag_ms, tau_ms, boost = r.params
     st.redo = None  # done: into the ring, every row at once, and the values current
     st.lag_ms, st.tau_ms, st.boost = r.params
-    n_cls = len(st.classes)
-    if st.rows.n_cls < n_cls:  # grow the ring's class columns first
-        z = np.zeros((0, n_cls))
-        st.rows.append(np.empty(0, np.int64), np.empty(0), (z, z, z))
-    t, _, *xs = st.rows.view()
+    t, _, *xs = _widened_view(st)
     at = np.searchsorted(t, r.t_ns)
     ok = at < len(t)
     ok[ok] = t[at[ok]] == r.t_ns[ok]  # a row gone from the ring (expired) is skipped
@@ -127,7 +132,9 @@ def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
     lo = max(r.lo_ns, int(t[after[0]]) - row_reach_ns(lag_ms, st.window_ms,
                                                        boost.reach_ms()) - LOOKBACK_NS)
     it = items_for_device(chunks.recent(lo, kinds=GPU_ITEMS), st.device)
-    busy = busy_from(it, st.unit_ids(it), len(st.classes), lo)
+    unit = st.unit_ids(it)  # the wider read may hold units not seen before (a new clamp)
+    t, _, *xs = _widened_view(st)
+    busy = busy_from(it, unit, len(st.classes), lo)
     new, hs = row_columns(busy, t[after], window_ms=st.window_ms, lag_ms=lag_ms,
                           tau_ms=tau_ms, boost=boost, start_ns=it.start_ns,
                           end_ns=it.end_ns, prev_end_ns=None, now_ns=now_ns)
