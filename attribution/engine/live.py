@@ -91,6 +91,14 @@ BOOT_PER_TICK = 5
 LAG_UNITS_PER_TICK = 16
 """Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
 so it spreads over ~27 ticks; the first fit runs at once."""
+CONSUMER_FIT_SPAN_S = 60.0
+"""The span a consumer board's refit reads (``fit_span_s`` elsewhere): the boost tail
+trades with P_idle, and on 20 s of an rtx4090 the live P_idle was 10–27 % high where the
+batch engine's 60 s gave 1–4 % (docs/accuracy.md, "Live engine against the batch engine")."""
+CONSUMER_SEARCH_SCALE = 2.5
+"""A consumer board's refit also searches the slow stage and the tail (~900 matrices, not
+~420): its search gets this many times ``lag_units_per_tick``, so that it lands in about as
+many ticks as a data-centre board's (at 1× it took ~57 ticks and landed on stale readings)."""
 REDO_ROWS_PER_TICK = 64
 """Rows re-reduced per tick after a refit moved the lag (~200 at a 100 ms sensor period: the
 last 20 s); the tick after the refit gathers their records."""
@@ -176,6 +184,11 @@ class DeviceState:
         if bool(em.any()):
             self.energy_t = np.concatenate([self.energy_t, e.t_ns[em]])
             self.energy_mj = np.concatenate([self.energy_mj, e.energy_mj[em]])
+
+
+def _consumer(st: DeviceState) -> bool:
+    """A consumer board (slow response stage and boost tail modelled)."""
+    return st.preset is not None and st.preset.consumer_boost
 
 
 class LiveEngine:
@@ -275,7 +288,8 @@ class LiveEngine:
         if any(not st.fitted and st.field is not None for st in self.dev.values()):
             keep_from = self.start_ns or keep_from
         else:
-            keep_from = min(keep_from, self.now_ns - self.fit_span_ns - self.settle_ns)
+            span = max(self._span_ns(st) for st in self.dev.values())
+            keep_from = min(keep_from, self.now_ns - span - self.settle_ns)
         for st in self.dev.values():  # a re-reduction not started yet reads from lo_ns
             if st.redo is not None and st.redo.busy is None:
                 keep_from = min(keep_from, st.redo.lo_ns)
@@ -299,7 +313,8 @@ class LiveEngine:
             if st.ahead:
                 continue
             if st.search is not None:
-                st.search.step(self.lag_units_per_tick)
+                st.search.step(self.lag_units_per_tick
+                               * (CONSUMER_SEARCH_SCALE if _consumer(st) else 1.0))
                 st.ahead = True
                 return True
             if st.redo is not None and not st.redo.complete:
@@ -315,11 +330,17 @@ class LiveEngine:
             pieces += 1
         return pieces
 
+    def _span_ns(self, st: DeviceState) -> int:
+        """The span of records and readings a refit of ``st`` reads."""
+        if _consumer(st):
+            return max(self.fit_span_ns, int(CONSUMER_FIT_SPAN_S * 1e9))
+        return self.fit_span_ns
+
     def _fit_lag(self, st: DeviceState, upto: int) -> None:
         """Start a lag/response search on the last ``fit_span``: the first one runs to the end
         at once (nothing is reduced before it); a refit takes the readings as of now and leaves
         the rest to :meth:`background` (a few grid points per update)."""
-        lo = max(self.start_ns or upto, upto - self.fit_span_ns)
+        lo = max(self.start_ns or upto, upto - self._span_ns(st))
         rt, ry = st.rows.view()[:2]
         t_all = np.concatenate([rt, st.pend_t])
         y_all = np.concatenate([ry, st.pend_w])
@@ -464,7 +485,7 @@ class LiveEngine:
             st.rows.expire(lo)
             st.tail_rows.expire(lo)
             # clock samples decide the clamp state of records the buffer still holds
-            st.clock.expire(min(lo, self.now_ns - self.fit_span_ns - self.settle_ns
+            st.clock.expire(min(lo, self.now_ns - self._span_ns(st) - self.settle_ns
                                 - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
