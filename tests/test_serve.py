@@ -4,6 +4,7 @@ over loopback of `serve --demo` and of `serve -- CMD` on the sim backend."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from attribution.snapshot import (
     Window,
 )
 from ppwtop.cli.main import main as cli_main
-from ppwtop.cli.serve import parse_hostport
+from ppwtop.cli.serve import MIN_WINDOW_S, SETTLE_S, LiveWindows, parse_hostport
 from ppwtop.errors import PpwtopError
 from ppwtop.exporters.prometheus import EnergyCollector, clamp_seconds
 
@@ -219,3 +220,51 @@ def test_serve_end_to_end(source: str, tmp_path: Path) -> None:
     finally:
         rc = proc.wait(timeout=30)
     assert rc == 0, proc.communicate()[1]
+
+
+class _BurstyFeed:
+    """A live feed whose records arrive in bursts and whose readings lag them: what
+    :class:`LiveWindows` reads (``latest_ns``, ``latest_power_ns``, ``connected``,
+    ``keep_ns``) and the windows it asks for."""
+
+    def __init__(self) -> None:
+        self.latest_ns = 0
+        self.latest_power_ns = 0
+        self.connected = True
+        self.keep_ns = 20 * S
+        self.asked: list[tuple[int, int]] = []
+
+    def snapshot_between(self, start_ns: int, end_ns: int, n_boot: int) -> tuple[int, int]:
+        self.asked.append((start_ns, end_ns))
+        return start_ns, end_ns
+
+
+S = 1_000_000_000
+
+
+def test_live_windows_close_only_where_readings_cover_them() -> None:
+    """Records arrive in bursts (the agent's flushes) and readings every 100 ms behind them; a
+    window used to be cut wherever the newest record was, and one 26 ms long between two
+    readings was attributed with no power (its kernels' counters got 0 J).  A window now ends
+    no later than the newest reading and lasts at least MIN_WINDOW_S while the target runs;
+    once it is gone the last window runs to the newest record.  (Readings here lag the
+    records by up to 1.5 s, more than SETTLE_S.)"""
+    feed = _BurstyFeed()
+    win = LiveWindows(feed)
+    t = 30 * S
+    rng = random.Random(3)
+    for _ in range(200):
+        t += rng.choice([5, 26, 120, 400, 900]) * 1_000_000  # bursty record ends
+        feed.latest_ns = t
+        feed.latest_power_ns = (t - rng.randint(0, 1500) * 1_000_000) // (S // 10) * (S // 10)
+        got = win.next_window()
+        if got is not None:
+            end = got[1]
+            assert end <= feed.latest_power_ns and end <= feed.latest_ns - int(SETTLE_S * S)
+    assert len(feed.asked) > 20
+    for (_, e0), (s1, _) in zip(feed.asked, feed.asked[1:], strict=False):
+        assert s1 == e0  # tumbling: no gap, no overlap
+    assert all(e - s >= int(MIN_WINDOW_S * S) for s, e in feed.asked)
+    feed.connected = False  # the target is gone: the rest, up to the newest record
+    _, end = win.next_window()
+    assert end == feed.latest_ns and win.done

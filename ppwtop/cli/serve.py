@@ -10,7 +10,8 @@ so the collector adds each window's energy to its counters: :class:`DemoWindows`
 simulated run, :class:`LiveWindows` over a live session (``--pid``: the agent injected as by
 ``ppwtop attach``; ``-- CMD``: launched as by ``ppwtop run``), whose windows end
 :data:`SETTLE_S` behind the newest record so buffers the agent flushes late still land in
-their own window.
+their own window, no later than the newest power reading, and last at least
+:data:`MIN_WINDOW_S` (the last one, after the target is gone, runs to the end).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from ppwtop.errors import PpwtopError
 
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
 SETTLE_S = 1.0  # live windows end this far behind the newest record (agent flush ~0.1 s)
+MIN_WINDOW_S = 0.5
+"""A live window closes only once it is this long and its end is covered by a power reading:
+records arrive in bursts, and a 26 ms window cut between two readings was attributed with no
+power at all (its kernels' counters got 0 J)."""
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -80,9 +85,12 @@ class LiveWindows:
         if latest == 0:
             return None
         end = latest if not self.feed.connected else latest - int(SETTLE_S * 1e9)
+        if self.feed.connected and self.feed.latest_power_ns:
+            end = min(end, self.feed.latest_power_ns)  # readings cover the window's end
         if self._last_ns == 0:  # the first window: everything the feed keeps
             self._last_ns = end - self.feed.keep_ns
-        if end <= self._last_ns:
+        if end <= self._last_ns or (self.feed.connected
+                                    and end - self._last_ns < int(MIN_WINDOW_S * 1e9)):
             return None
         snap = self.feed.snapshot_between(self._last_ns, end, self.n_boot)
         self._last_ns = end

@@ -108,6 +108,7 @@ class LiveFeed:
         # (end, first end, piece): the newest and oldest record end or reading of each piece
         self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
+        self._latest_power_ns = 0  # the newest power reading received (any device)
         self._first_ns: int | None = None
         self._energy0: dict[int, tuple[int, int]] = {}  # device -> first (t_ns, mJ)
         self._energy_last: dict[int, tuple[int, int]] = {}
@@ -140,6 +141,8 @@ class LiveFeed:
             self._pieces.append((end, _piece_first_end_ns(piece), piece))
             self._pending.append((end, piece))
             self._latest_ns = max(self._latest_ns, end)
+            if len(piece.power):
+                self._latest_power_ns = max(self._latest_power_ns, int(piece.power.t_ns.max()))
             if self._first_ns is None:
                 self._first_ns = end
             lo = self._latest_ns - self.keep_ns
@@ -316,6 +319,12 @@ class LiveFeed:
         """The end of the latest record or sample received (0 before any)."""
         with self._lock:
             return self._latest_ns
+
+    @property
+    def latest_power_ns(self) -> int:
+        """The time of the newest power reading received (0 before any)."""
+        with self._lock:
+            return self._latest_power_ns
 
     # --- SnapshotFeed ---------------------------------------------------------------------
 
