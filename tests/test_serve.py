@@ -222,6 +222,9 @@ def test_serve_end_to_end(source: str, tmp_path: Path) -> None:
     assert rc == 0, proc.communicate()[1]
 
 
+S = 1_000_000_000
+
+
 class _BurstyFeed:
     """A live feed whose records arrive in bursts and whose readings lag them: what
     :class:`LiveWindows` reads (``latest_ns``, ``latest_power_ns``, ``connected``,
@@ -237,9 +240,6 @@ class _BurstyFeed:
     def snapshot_between(self, start_ns: int, end_ns: int, n_boot: int) -> tuple[int, int]:
         self.asked.append((start_ns, end_ns))
         return start_ns, end_ns
-
-
-S = 1_000_000_000
 
 
 def test_live_windows_close_only_where_readings_cover_them() -> None:

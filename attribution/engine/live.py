@@ -119,6 +119,8 @@ class DeviceState:
         self.device = device
         self.name = name
         self.preset = preset
+        self.consumer = preset is not None and preset.consumer_boost  # boost model fitted
+        self.fit_span_ns = 0  # the span a refit reads (the engine sets it: consumer or not)
         self.field: PowerField | None = None
         self.period_ms = float("nan")
         self.window_ms = float("nan")
@@ -186,11 +188,6 @@ class DeviceState:
             self.energy_mj = np.concatenate([self.energy_mj, e.energy_mj[em]])
 
 
-def _consumer(st: DeviceState) -> bool:
-    """A consumer board (slow response stage and boost tail modelled)."""
-    return st.preset is not None and st.preset.consumer_boost
-
-
 class LiveEngine:
     """Incremental attribution over ``[now − horizon, now − settle]``; see the module doc."""
 
@@ -227,6 +224,8 @@ class LiveEngine:
             name = next((d.name for d in self.devices_info if d.index == device), "")
             preset = get_preset(self.gpu) if self.gpu is not None else preset_for_name(name)
             st = self.dev[device] = DeviceState(device, name, preset)
+            st.fit_span_ns = (max(self.fit_span_ns, int(CONSUMER_FIT_SPAN_S * 1e9))
+                              if st.consumer else self.fit_span_ns)
         return st
 
     def update(self, delta: Trace, now_ns: int) -> None:
@@ -288,7 +287,7 @@ class LiveEngine:
         if any(not st.fitted and st.field is not None for st in self.dev.values()):
             keep_from = self.start_ns or keep_from
         else:
-            span = max(self._span_ns(st) for st in self.dev.values())
+            span = max((st.fit_span_ns for st in self.dev.values()), default=self.fit_span_ns)
             keep_from = min(keep_from, self.now_ns - span - self.settle_ns)
         for st in self.dev.values():  # a re-reduction not started yet reads from lo_ns
             if st.redo is not None and st.redo.busy is None:
@@ -314,7 +313,7 @@ class LiveEngine:
                 continue
             if st.search is not None:
                 st.search.step(self.lag_units_per_tick
-                               * (CONSUMER_SEARCH_SCALE if _consumer(st) else 1.0))
+                               * (CONSUMER_SEARCH_SCALE if st.consumer else 1.0))
                 st.ahead = True
                 return True
             if st.redo is not None and not st.redo.complete:
@@ -330,17 +329,11 @@ class LiveEngine:
             pieces += 1
         return pieces
 
-    def _span_ns(self, st: DeviceState) -> int:
-        """The span of records and readings a refit of ``st`` reads."""
-        if _consumer(st):
-            return max(self.fit_span_ns, int(CONSUMER_FIT_SPAN_S * 1e9))
-        return self.fit_span_ns
-
     def _fit_lag(self, st: DeviceState, upto: int) -> None:
         """Start a lag/response search on the last ``fit_span``: the first one runs to the end
         at once (nothing is reduced before it); a refit takes the readings as of now and leaves
         the rest to :meth:`background` (a few grid points per update)."""
-        lo = max(self.start_ns or upto, upto - self._span_ns(st))
+        lo = max(self.start_ns or upto, upto - st.fit_span_ns)
         rt, ry = st.rows.view()[:2]
         t_all = np.concatenate([rt, st.pend_t])
         y_all = np.concatenate([ry, st.pend_w])
@@ -380,7 +373,7 @@ class LiveEngine:
             st.last_fit_ns = self.now_ns  # too few readings: try again a refit period later
             return
         st.search = ResponseSearch(busy, t_all[idx], y_all[idx], st.window_ms,
-                                   consumer=st.preset is not None and st.preset.consumer_boost,
+                                   consumer=st.consumer,
                                    start_ns=s, end_ns=e)
 
     def _search_land(self, st: DeviceState) -> None:
@@ -485,7 +478,7 @@ class LiveEngine:
             st.rows.expire(lo)
             st.tail_rows.expire(lo)
             # clock samples decide the clamp state of records the buffer still holds
-            st.clock.expire(min(lo, self.now_ns - self._span_ns(st) - self.settle_ns
+            st.clock.expire(min(lo, self.now_ns - st.fit_span_ns - self.settle_ns
                                 - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
         win = (min(starts), self.done_ns)
