@@ -7,7 +7,8 @@ taken), and on the last snapshot's window runs the batch engine (``attribute``) 
 inside it; the truth is the simulator's per-record dynamic energy over the same records.
 Prints per run: total and P_idle difference, Σ|Δ dynamic| / Σ dynamic and the worst class
 holding ≥ 5 % of the dynamic energy (live − batch), the same against the truth for both
-engines, the fitted lags, and resolvable counts.  With ``--flag-ticks N`` it also compares the
+engines, each engine's P_idle against the truth (× the board gain), the fitted lags, and
+resolvable counts.  With ``--flag-ticks N`` it also compares the
 two engines' ``resolvable`` flags at N ticks spread over the run (the batch engine on each
 tick's window): classes the live view flags and the batch engine does not.
 
@@ -126,12 +127,15 @@ def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int) -
     bt = compare(br, truth)
     tot = (live.totals.energy_j - batch.totals.energy_j) / batch.totals.energy_j
     pid = (live.totals.active_idle_w - batch.totals.active_idle_w) / batch.totals.active_idle_w
+    p_true = res.truth.active_idle_w * res.truth.gain  # what the sensor reads at active idle
+    pid_t = (live.totals.active_idle_w / p_true - 1, batch.totals.active_idle_w / p_true - 1)
     nres = (sum(r.resolvable for r in lr.values()), sum(r.resolvable for r in br.values()))
     same = {k for k, r in lr.items() if r.resolvable} == {k for k, r in br.items()
                                                            if r.resolvable}
     print(f"{spec:22s} tot {tot:+.3%} Pidle {pid:+.2%} | live-batch Σ|Δ| {lb[0]:.2%} worst "
           f"{lb[1]:+.2%} ({lb[2][:24]}) | kernels vs truth: live Σ|Δ| {lt[0]:.1%} worst "
-          f"{lt[1]:+.1%}, batch {bt[0]:.1%} worst {bt[1]:+.1%} | lag "
+          f"{lt[1]:+.1%}, batch {bt[0]:.1%} worst {bt[1]:+.1%} | Pidle vs truth "
+          f"{pid_t[0]:+.1%}/{pid_t[1]:+.1%} | lag "
           f"{live.gpus[0].sensor.lag_ms:.2f}/{batch.gpus[0].sensor.lag_ms:.2f} | resolvable "
           f"{nres[0]}/{nres[1]} {'same' if same else 'DIFFER'}", flush=True)
     for t, only, nl, nb in flags:
