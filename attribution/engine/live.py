@@ -93,8 +93,9 @@ LAG_UNITS_PER_TICK = 16
 so it spreads over ~27 ticks; the first fit runs at once."""
 CONSUMER_FIT_SPAN_S = 60.0
 """The span a consumer board's refit reads (``fit_span_s`` elsewhere): the boost tail
-trades with P_idle, and on 20 s of an rtx4090 the live P_idle was 10–27 % high where the
-batch engine's 60 s gave 1–4 % (docs/accuracy.md, "Live engine against the batch engine")."""
+trades with P_idle, and refitting an rtx4090 on 20 s put the live P_idle up to 12 % high (27 %
+with the refits stepped faster) where the batch engine's 60 s gave −4…+8 %; on 60 s the live
+one is −4…+6 % (docs/accuracy.md, "Live engine against the batch engine")."""
 CONSUMER_SEARCH_SCALE = 2.5
 """A consumer board's refit also searches the slow stage and the tail (~900 matrices, not
 ~420): its search gets this many times ``lag_units_per_tick``, so that it lands in about as
