@@ -400,14 +400,22 @@ def _clipped(items: Items, win: tuple[int, int]) -> tuple[I64, I64]:
     return np.clip(items.start_ns, win[0], win[1]), np.clip(items.end_ns, win[0], win[1])
 
 
-def locked_polls_warning(device: int, scatter: float) -> str:
-    """The snapshot's warning line for a power log whose polls ran in step with the sensor."""
+def locked_polls_warning(device: int, scatter: float, *, flipped: float | None = None) -> str:
+    """The snapshot's warning line for a power log whose polls ran in step with the sensor
+    (``flipped``: the share of readings placed a poll gap earlier, the delay from publish to
+    stamp then taken as one, fitted with the lag; None: not placed)."""
+    how = (f"one delay after its publish, fitted with the lag ({100 * flipped:.0f}% of them "
+           "shown a poll gap later, where the poll phase crossed a publish, placed back); the "
+           "per-class intervals also span the fits with the publishes at either end of the "
+           "poll interval and the poll-interval average"
+           if flipped is not None else
+           "about the same point of its poll interval, which point is unknown: the per-class "
+           "intervals span either end")
     return (f"GPU {device}: the power log's polls ran in step with the sensor (each new value "
             f"at one phase of the poll cycle: scatter {scatter:.2f} of the poll gap), so each "
-            "reading was published at about the same point of its poll interval, not "
-            "anywhere in it; the per-class intervals span either placement and are still "
-            "too narrow at times (simulated: 76% coverage against 88% with free-running "
-            "polls); `ppwtop record` keeps NVML's own timestamps")
+            f"reading was shown {how}, and may still be too narrow (simulated: 90% coverage "
+            "against 93% with free-running polls); `ppwtop record` keeps NVML's own "
+            "timestamps")
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
@@ -457,16 +465,24 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                         "window; the fit rests on the priors")
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
+    # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
+    # the delay's flips by a poll gap, where the poll phase crosses a publish, are taken off
+    flips = rd.delay_flip_ns if polls_locked else None
+    t_read = rd.t_ns if flips is None else rd.t_ns - flips
     if polls_locked:
-        warnings.append(locked_polls_warning(device, poll_lock))
+        warnings.append(locked_polls_warning(
+            device, poll_lock, flipped=None if flips is None else float(np.mean(flips != 0))))
     if source == "measured" and len(y) >= 8 and n_groups:
-        window_ms = _fit_window(busy, rd.t_ns, rd.power_w, period_ms, win,
-                                spread_ns=rd.spread_ns)
+        window_ms = _fit_window(busy, t_read, rd.power_w, period_ms, win,
+                                spread_ns=rd.spread_ns if flips is None else None)
         source = "measured+fitted"
         idx = usable(rd.t_ns, window_ms, win[0], win[1])
-        t_k, y = rd.t_ns[idx], rd.power_w[idx]
-    # poll-timestamped readings (nvidia-smi logs): published some time since the last poll
-    sp_k = rd.spread_ns[idx] if rd.spread_ns is not None else None
+        y = rd.power_w[idx]
+    t_k = t_read[idx]
+    # poll-timestamped readings (nvidia-smi logs): published some time since the last poll;
+    # locked and placed: at one point (the poll interval is kept for an end fit)
+    sp_poll = rd.spread_ns[idx] if rd.spread_ns is not None else None
+    sp_k = sp_poll if flips is None else None
     if len(y) >= 1 and n_groups:
         lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss, spread_ns=sp_k)
         if preset is not None and preset.consumer_boost:
@@ -537,14 +553,21 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
                                           idle_weight=idle_w))
-        if sp_k is not None and polls_locked:
+        if sp_poll is not None and polls_locked:
             # polls locked to the sensor: each publish sits at one point of its poll interval,
             # not spread over it; the interval spans the fits with the publishes at either end
-            for t_end in (t_k - sp_k, t_k):
-                lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss)
+            # (placed by the delay's flips, the fit above has them at one point; the
+            # poll-interval average too then, should the placing be wrong)
+            t_shown = rd.t_ns[idx]
+            placings: tuple[tuple[I64, I64 | None], ...] = (
+                (t_shown - sp_poll, None), (t_shown, None),
+                *(() if flips is None else ((t_shown, sp_poll),)))
+            for t_end, sp_end in placings:
+                lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
+                                                spread_ns=sp_end)
                 prior_fits.append(regress.fit(
-                    window_fractions(busy, t_end, window_ms, lag_e, tau_e), y, prior,
-                    pooled=centre[:n_groups], idle_weight=idle_w))
+                    window_fractions(busy, t_end, window_ms, lag_e, tau_e, spread_ns=sp_end),
+                    y, prior, pooled=centre[:n_groups], idle_weight=idle_w))
         lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
         prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
         end_p = [e.p_idle_w for e in lag_fits + prior_fits]

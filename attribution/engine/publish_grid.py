@@ -51,6 +51,10 @@ LOCKED_POLLS = 0.1
 of the poll gap come from polls locked to the sensor (simulated: 0.00-0.08 locked, 0.31-0.50
 free; real logs: A100 200 s 0.07, V100 0.03, A100 transient 0.42, RTX 3090/4090/A5000
 0.14-0.24)."""
+POLL_WRAPS = 0.02
+"""Locked polls with fewer than 3 per period (a flip's direction not told) keep one delay
+from publish to stamp where under this share of the readings lie on the rarer side of the
+stamps' phase jumps (each over half a poll gap)."""
 PHASE_RUN = 21
 """Readings over which the stamps' phase is taken as locally constant (its running median)."""
 PERIOD_READINGS = 1024
@@ -198,6 +202,37 @@ def poll_phase_scatter(t_ns: I64, polls_ns: I64, period_ms: float) -> float:
     run = np.median(np.lib.stride_tricks.sliding_window_view(padded, PHASE_RUN), axis=1)
     q25, q75 = np.percentile(phase - run, [25, 75])
     return float((q75 - q25) / gap)
+
+
+def poll_delay_flips(t_ns: I64, polls_ns: I64, period_ms: float) -> I64 | None:
+    """For locked polls (under ``LOCKED_POLLS``): how much later than the log's usual delay
+    after its publish each reading was shown, in whole poll gaps.  The poll phase wanders;
+    where it crosses a publish, the poll that first shows the new value moves by one gap (the
+    delay flips between about 0 and a gap) while the publishes stay on their grid.  Each such
+    jump of the stamps' phase on the grid (over half a gap between consecutive readings) is
+    counted, and a reading's count against the log's most common one, times the gap, is its
+    extra delay.  With fewer than 3 polls per period a jump of a gap is half a period or more
+    and its direction is not told: zeros where the readings on the rarer side of the jumps
+    are under ``POLL_WRAPS`` of them (one delay all but all along), else None, as where
+    :func:`poll_phase_scatter` is not measured."""
+    if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
+            or period_ms <= 0:
+        return None
+    gap = float(np.median(np.diff(polls_ns)))
+    per = period_ms * 1e6
+    if not 0 < gap <= per / SLOW_POLLS:
+        return None
+    phase = (t_ns - t_ns[0]).astype(np.float64) - period_index(t_ns, per) * per
+    d = np.diff(phase)
+    jumped = np.abs(d) > gap / 2
+    if gap > per / 3:  # each jump toggles the delay: the share on the rarer side
+        odd = float(np.mean(np.concatenate(([0], np.cumsum(jumped))) % 2))
+        return np.zeros(len(t_ns), np.int64) if min(odd, 1.0 - odd) < POLL_WRAPS else None
+    jump = np.where(jumped, np.sign(d), 0.0)  # one gap per flip (larger: not a flip's)
+    jump[np.abs(d) > 1.5 * gap] = 0.0
+    k = np.concatenate(([0], np.cumsum(jump))).astype(np.int64)
+    vals, n = np.unique(k, return_counts=True)
+    return np.asarray(np.rint((k - vals[np.argmax(n)]) * gap), np.int64)
 
 
 def publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:
