@@ -232,6 +232,10 @@ def poll_grid(ctx: Context) -> dict[str, Any]:
                       f"{out['grid_period_ms']:.2f} ms (NVML {out['nvml_period_ms']:.2f}); "
                       + {True: "polls locked to the sensor", False: "polls free",
                          None: "polls not judged"}[out["polls_locked"]])
+    if out.get("placed_delay_ms_quartiles"):
+        d25, _, d75 = out["placed_delay_ms_quartiles"]
+        out["summary"] += (f"; {out['delay_flip_share']:.1%} placed back a poll gap, delay "
+                           f"after placing IQR {d75 - d25:.1f} ms")
     return out
 
 

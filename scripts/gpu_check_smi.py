@@ -116,6 +116,11 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     f_pub = pub[np.clip(np.searchsorted(pub, f_t + MS, side="right") - 1, 0, None)]
     delay_ms = (f_t - f_pub) / 1e6
     position = (f_pub - (f_t - f_s)) / f_s
+    # a locked log's readings as the engine places them (each one delay after its publish,
+    # a flip by a poll gap taken off): the delay left should be one value
+    locked = rd.poll_lock is not None and bool(rd.poll_lock < LOCKED_POLLS)
+    flips = rd.delay_flip_ns[inside_span] if locked and rd.delay_flip_ns is not None else None
+    placed_ms = (t - flips - shown) / 1e6 if flips is not None else None
     return {
         "poll_lock": rd.poll_lock,
         "polls_locked": (bool(rd.poll_lock < LOCKED_POLLS) if rd.poll_lock is not None
@@ -124,6 +129,9 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
                                      if len(delay_ms) else None),
         "publish_position_quartiles": ([float(q) for q in np.percentile(position, [25, 50, 75])]
                                        if len(position) else None),
+        "delay_flip_share": float(np.mean(flips != 0)) if flips is not None else None,
+        "placed_delay_ms_quartiles": ([float(q) for q in np.percentile(placed_ms, [25, 50, 75])]
+                                      if placed_ms is not None and len(placed_ms) else None),
         "readings": len(t),
         "poll_interval_ms_median": float(np.median(raw)) / 1e6,
         "narrowed_ms_median": float(np.median(s)) / 1e6 if len(s) else None,

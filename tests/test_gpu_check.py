@@ -269,3 +269,27 @@ def test_without_a_gpu_every_section_fails_cleanly(tmp_path: Path) -> None:
     assert "error" in sec["environment"] and "error" in sec["sensor"]
     assert sec["energy"]["skipped"].startswith("no sensor run")
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_poll_grid_reports_a_locked_logs_placed_delay() -> None:
+    """A locked log (the simulator's, whose poll phase crosses a publish on a100 seed 7: the
+    delay flips between ~0 and a poll gap): the check says locked, how many readings the
+    engine places back by a gap, and that the delay left after placing is one value (its
+    quartiles within the poll phase's wander) where the stamps' own spread over the gap."""
+    import dataclasses
+
+    import gpu_check_smi as smi
+
+    from attribution.sim import SCENARIOS, simulate
+    from ppwtop.sim_io import through_files
+
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], locked_polls=True)
+    res = simulate(scenario="varied_mix", gpu="a100", seconds=60.0, seed=7, spec=spec)
+    p = res.trace.power
+    field = p.field == int(p.field[np.flatnonzero(p.fresh)[0]])
+    out = smi.check(through_files(res.trace), np.sort(p.t_ns[field & p.fresh]))
+    assert out["polls_locked"] is True
+    assert 0.1 < out["delay_flip_share"] < 0.5
+    s25, _, s75 = out["stamp_delay_ms_quartiles"]
+    d25, _, d75 = out["placed_delay_ms_quartiles"]
+    assert s75 - s25 > 5.0 and d75 - d25 < 3.0  # measured 9.9 and 2.6 ms
