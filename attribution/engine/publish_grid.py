@@ -5,7 +5,9 @@ Owns the readings of a log timestamped by the poll that first showed each value 
 logs; ``timebase.Readings.spread_ns``): each reading's publish interval (since the previous
 poll), the sensor's publish period (the grid's, not the spacing of changes of value), the
 readings such a log hides when the sensor publishes the same value again (it marks readings
-by a change of value), and the narrowing of the intervals by the publish grid.
+by a change of value), the narrowing of the intervals by the publish grid, and, for a log
+whose polls keep the sensor's period, how locked they are and where the delay from publish to
+stamp flips by a poll gap.
 
 One poll alone only says the reading was published since the previous poll (≈ 12 ms at
 ``-lms 10``, half an A100 window).  But the sensor publishes on a regular period T (the SC'24
