@@ -116,12 +116,15 @@ def _pad(a: F64, n: int) -> F64:
 class DeviceState:
     """Everything the live engine keeps for one GPU."""
 
-    def __init__(self, device: int, name: str, preset: GpuPreset | None) -> None:
+    def __init__(self, device: int, name: str, preset: GpuPreset | None, *,
+                 fit_span_ns: int) -> None:
         self.device = device
         self.name = name
         self.preset = preset
         self.consumer = preset is not None and preset.consumer_boost  # boost model fitted
-        self.fit_span_ns = 0  # the span a refit reads (the engine sets it: consumer or not)
+        # the span a refit reads: the engine's, at least CONSUMER_FIT_SPAN_S on a consumer board
+        self.fit_span_ns = (max(fit_span_ns, int(CONSUMER_FIT_SPAN_S * 1e9)) if self.consumer
+                            else fit_span_ns)
         self.field: PowerField | None = None
         self.period_ms = float("nan")
         self.window_ms = float("nan")
@@ -224,9 +227,8 @@ class LiveEngine:
         if st is None:
             name = next((d.name for d in self.devices_info if d.index == device), "")
             preset = get_preset(self.gpu) if self.gpu is not None else preset_for_name(name)
-            st = self.dev[device] = DeviceState(device, name, preset)
-            st.fit_span_ns = (max(self.fit_span_ns, int(CONSUMER_FIT_SPAN_S * 1e9))
-                              if st.consumer else self.fit_span_ns)
+            st = self.dev[device] = DeviceState(device, name, preset,
+                                                fit_span_ns=self.fit_span_ns)
         return st
 
     def update(self, delta: Trace, now_ns: int) -> None:
