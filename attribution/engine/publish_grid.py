@@ -183,22 +183,32 @@ def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: 
     return best
 
 
+def _stamp_phase(t_ns: I64, polls_ns: I64, period_ms: float) -> tuple[F64, float] | None:
+    """The stamps' phase on the publish grid (ns from the first stamp, whole periods counted
+    off) and the median poll gap; None for too few readings or polls, or a log polling no
+    faster than ``SLOW_POLLS`` per period (every poll a new value: no phase to keep)."""
+    if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
+            or period_ms <= 0:
+        return None
+    gap = float(np.median(np.diff(polls_ns)))
+    per = period_ms * 1e6
+    if not 0 < gap <= per / SLOW_POLLS:
+        return None
+    return (t_ns - t_ns[0]).astype(np.float64) - period_index(t_ns, per) * per, gap
+
+
 def poll_phase_scatter(t_ns: I64, polls_ns: I64, period_ms: float) -> float:
     """How locked a log's polls are to the sensor: the IQR of the new values' stamps about
     their running phase on the publish grid (``PHASE_RUN`` readings), over the median poll
-    gap; NaN for too few readings.  Polls running free show a new value anywhere in the poll
-    gap after its publish (≈ 0.3-0.5); polls that keep the sensor's period show it at one
-    phase (under ``LOCKED_POLLS``).  A log polling no faster than 1.5 polls per period
-    (``nvidia-smi -l 1``: every poll a new value, its stamps on its own poll grid) has no
-    phase to keep: NaN."""
-    if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
-            or period_ms <= 0:
+    gap; NaN where :func:`_stamp_phase` is None.  Polls running free show a new value
+    anywhere in the poll gap after its publish (≈ 0.3-0.5); polls that keep the sensor's
+    period show it at one phase (under ``LOCKED_POLLS``).  A log polling no faster than 1.5
+    polls per period (``nvidia-smi -l 1``: every poll a new value, its stamps on its own
+    poll grid) has no phase to keep: NaN."""
+    got = _stamp_phase(t_ns, polls_ns, period_ms)
+    if got is None:
         return float("nan")
-    gap = float(np.median(np.diff(polls_ns)))
-    if not 0 < gap <= period_ms * 1e6 / SLOW_POLLS:
-        return float("nan")
-    n = period_index(t_ns, period_ms * 1e6)
-    phase = (t_ns - t_ns[0]).astype(np.float64) - n * (period_ms * 1e6)
+    phase, gap = got
     half = PHASE_RUN // 2
     padded = np.pad(phase, (half, half), mode="edge")
     run = np.median(np.lib.stride_tricks.sliding_window_view(padded, PHASE_RUN), axis=1)
@@ -216,18 +226,14 @@ def poll_delay_flips(t_ns: I64, polls_ns: I64, period_ms: float) -> I64 | None:
     extra delay.  With fewer than 3 polls per period a jump of a gap is half a period or more
     and its direction is not told: zeros where the readings on the rarer side of the jumps
     are under ``POLL_WRAPS`` of them (one delay all but all along), else None, as where
-    :func:`poll_phase_scatter` is not measured."""
-    if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
-            or period_ms <= 0:
+    :func:`_stamp_phase` is None."""
+    got = _stamp_phase(t_ns, polls_ns, period_ms)
+    if got is None:
         return None
-    gap = float(np.median(np.diff(polls_ns)))
-    per = period_ms * 1e6
-    if not 0 < gap <= per / SLOW_POLLS:
-        return None
-    phase = (t_ns - t_ns[0]).astype(np.float64) - period_index(t_ns, per) * per
+    phase, gap = got
     d = np.diff(phase)
     jumped = np.abs(d) > gap / 2
-    if gap > per / 3:  # each jump toggles the delay: the share on the rarer side
+    if gap > period_ms * 1e6 / 3:  # each jump toggles the delay: the share on the rarer side
         odd = float(np.mean(np.concatenate(([0], np.cumsum(jumped))) % 2))
         return np.zeros(len(t_ns), np.int64) if min(odd, 1.0 - odd) < POLL_WRAPS else None
     jump = np.where(jumped, np.sign(d), 0.0)  # one gap per flip (larger: not a flip's)
