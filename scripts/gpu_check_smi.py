@@ -118,13 +118,13 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     position = (f_pub - (f_t - f_s)) / f_s
     # a locked log's readings as the engine places them (each one delay after its publish,
     # a flip by a poll gap taken off): the delay left should be one value
-    locked = rd.poll_lock is not None and bool(rd.poll_lock < LOCKED_POLLS)
+    locked = (bool(rd.poll_lock < LOCKED_POLLS) if rd.poll_lock is not None
+              and np.isfinite(rd.poll_lock) else None)
     flips = rd.delay_flip_ns[inside_span] if locked and rd.delay_flip_ns is not None else None
     placed_ms = (t - flips - shown) / 1e6 if flips is not None else None
     return {
         "poll_lock": rd.poll_lock,
-        "polls_locked": (bool(rd.poll_lock < LOCKED_POLLS) if rd.poll_lock is not None
-                         and np.isfinite(rd.poll_lock) else None),
+        "polls_locked": locked,
         "stamp_delay_ms_quartiles": ([float(q) for q in np.percentile(delay_ms, [25, 50, 75])]
                                      if len(delay_ms) else None),
         "publish_position_quartiles": ([float(q) for q in np.percentile(position, [25, 50, 75])]
