@@ -557,10 +557,12 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # polls locked to the sensor: each publish sits at one point of its poll interval,
             # not spread over it; the interval spans the fits with the publishes at either end
             # (placed by the delay's flips, the fit above has them at one point; the
-            # poll-interval average too then, should the placing be wrong)
+            # poll-interval average too then, should the placing be wrong; the stamps as
+            # shown only where the placing moved some: else they are the fit above's)
             t_shown = rd.t_ns[idx]
+            moved = flips is None or bool(flips.any())
             placings: tuple[tuple[I64, I64 | None], ...] = (
-                (t_shown - sp_poll, None), (t_shown, None),
+                (t_shown - sp_poll, None), *(((t_shown, None),) if moved else ()),
                 *(() if flips is None else ((t_shown, sp_poll),)))
             for t_end, sp_end in placings:
                 lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
