@@ -120,7 +120,7 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
     # a flip by a poll gap taken off): the delay left should be one value
     locked = (bool(rd.poll_lock < LOCKED_POLLS) if rd.poll_lock is not None
               and np.isfinite(rd.poll_lock) else None)
-    flips = rd.delay_flip_ns[inside_span] if locked and rd.delay_flip_ns is not None else None
+    flips = rd.delay_flip_ns[inside_span] if rd.delay_flip_ns is not None else None
     placed_ms = (t - flips - shown) / 1e6 if flips is not None else None
     return {
         "poll_lock": rd.poll_lock,

@@ -467,7 +467,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
     # the delay's flips by a poll gap, where the poll phase crosses a publish, are taken off
-    flips = rd.delay_flip_ns if polls_locked else None
+    flips = rd.delay_flip_ns
     t_read = rd.t_ns if flips is None else rd.t_ns - flips
     if polls_locked:
         warnings.append(locked_polls_warning(

@@ -56,9 +56,10 @@ class Readings:
     """Poll-timestamped readings: how locked the log's polls are to the sensor
     (``publish_grid.poll_phase_scatter``; under ``LOCKED_POLLS``: locked)."""
     delay_flip_ns: I64 | None = None
-    """Poll-timestamped readings whose polls may be locked: how much later than the log's
-    usual delay after its publish each reading was shown (``publish_grid.poll_delay_flips``;
-    whole poll gaps; None: not measurable)."""
+    """Poll-timestamped readings whose polls are locked: how much later than the log's usual
+    delay after its publish each reading was shown (``publish_grid.poll_delay_flips``; whole
+    poll gaps); None: polls not locked, or the flips not told (the readings are then not
+    placed)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,9 +106,10 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
         t, w, spread, period = publish_grid.poll_stamped(
             t, w, polls, period, hidden_repeats=hidden,
             sensor_period_ms=_preset_period(preset, f))
-        return Readings(f, t, w, period, spread,
-                        publish_grid.poll_phase_scatter(stamps, polls, period),
-                        publish_grid.poll_delay_flips(t, polls, period))
+        lock = publish_grid.poll_phase_scatter(stamps, polls, period)
+        flips = (publish_grid.poll_delay_flips(t, polls, period)
+                 if lock < publish_grid.LOCKED_POLLS else None)  # NaN: not judged
+        return Readings(f, t, w, period, spread, lock, flips)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
 
