@@ -227,11 +227,12 @@ S = 1_000_000_000
 
 class _BurstyFeed:
     """A live feed whose records arrive in bursts and whose readings lag them: what
-    :class:`LiveWindows` reads (``latest_ns``, ``latest_power_ns``, ``connected``,
-    ``keep_ns``) and the windows it asks for."""
+    :class:`LiveWindows` reads (``latest_ns``, ``first_power_ns``, ``latest_power_ns``,
+    ``connected``, ``keep_ns``) and the windows it asks for."""
 
     def __init__(self) -> None:
         self.latest_ns = 0
+        self.first_power_ns = 0
         self.latest_power_ns = 0
         self.connected = True
         self.keep_ns = 20 * S
@@ -257,6 +258,7 @@ def test_live_windows_close_only_where_readings_cover_them() -> None:
         t += rng.choice([5, 26, 120, 400, 900]) * 1_000_000  # bursty record ends
         feed.latest_ns = t
         feed.latest_power_ns = (t - rng.randint(0, 1500) * 1_000_000) // (S // 10) * (S // 10)
+        feed.first_power_ns = feed.first_power_ns or feed.latest_power_ns
         got = win.next_window()
         if got is not None:
             end = got[1]
@@ -268,3 +270,26 @@ def test_live_windows_close_only_where_readings_cover_them() -> None:
     feed.connected = False  # the target is gone: the rest, up to the newest record
     _, end = win.next_window()
     assert end == feed.latest_ns and win.done
+
+
+def test_no_live_window_closes_before_the_first_reading() -> None:
+    """The sampler's first reading came seconds after the first records (CI, 2 cores): the
+    first window was cut on records alone, held no reading, and its kernel got 0 J in the
+    counters for good.  Now no window closes before a reading arrives, the first starts at
+    it, and a session without a sampler still closes windows on records alone."""
+    feed = _BurstyFeed()
+    win = LiveWindows(feed)
+    for t in range(5, 40):  # records every 0.1 s from 0.5 s on, no reading yet
+        feed.latest_ns = t * S // 10
+        assert win.next_window() is None
+    feed.first_power_ns = feed.latest_power_ns = 38 * S // 10  # the first reading
+    feed.latest_ns = 50 * S // 10
+    assert win.next_window() is None  # it covers too little yet
+    feed.latest_power_ns = feed.latest_ns = 60 * S // 10
+    start, end = win.next_window()
+    assert start >= feed.first_power_ns - 1 and end == 50 * S // 10
+    no_sampler = _BurstyFeed()
+    win = LiveWindows(no_sampler, power=False)
+    no_sampler.latest_ns = 40 * S // 10
+    start, end = win.next_window()
+    assert start == end - no_sampler.keep_ns and end == no_sampler.latest_ns - int(SETTLE_S * S)

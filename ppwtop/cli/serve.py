@@ -69,11 +69,17 @@ class DemoWindows:
 
 class LiveWindows:
     """A live session's feed cut into non-overlapping windows that end :data:`SETTLE_S`
-    behind the newest record; once the target is gone the last window runs to the end."""
+    behind the newest record; once the target is gone the last window runs to the end.
 
-    def __init__(self, feed: Any, *, n_boot: int = 20) -> None:
+    With ``power`` (the session has a sampler) no window closes before the first power
+    reading, and the first one starts there: records from before it have no reading to be
+    attributed with, and a window closed on records alone gave its kernels 0 J for good.
+    Without a sampler (NVML unavailable) windows close on records alone, times only."""
+
+    def __init__(self, feed: Any, *, n_boot: int = 20, power: bool = True) -> None:
         self.feed = feed
         self.n_boot = n_boot
+        self.power = power
         self._last_ns = 0
 
     @property
@@ -85,10 +91,15 @@ class LiveWindows:
         if latest == 0:
             return None
         end = latest if not self.feed.connected else latest - int(SETTLE_S * 1e9)
-        if self.feed.connected and self.feed.latest_power_ns:
+        first_power = self.feed.first_power_ns if self.power else 0
+        if self.feed.connected and self.power:
+            if not first_power:
+                return None  # no reading yet: nothing to attribute these records with
             end = min(end, self.feed.latest_power_ns)  # readings cover the window's end
         if self._last_ns == 0:  # the first window: everything the feed keeps
             self._last_ns = end - self.feed.keep_ns
+            if first_power:
+                self._last_ns = max(self._last_ns, first_power - 1)
         if end <= self._last_ns or (self.feed.connected
                                     and end - self._last_ns < int(MIN_WINDOW_S * 1e9)):
             return None
@@ -151,7 +162,8 @@ def _serve_live(host: str, port: int, args: Any, cmd: list[str]) -> int:
     stoppers: list[Any] = []
 
     def on_session(session: Any) -> None:
-        stoppers.append(_start(host, port, LiveWindows(session.feed), args.interval))
+        windows = LiveWindows(session.feed, power=session.sampler is not None)
+        stoppers.append(_start(host, port, windows, args.interval))
 
     kw = {"record": None, "headless": True, "seconds": args.seconds, "backend": args.backend,
           "gpu": args.gpu, "scenario": args.scenario, "seed": args.seed,

@@ -109,6 +109,7 @@ class LiveFeed:
         self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
         self._latest_power_ns = 0  # the newest power reading received (any device)
+        self._first_power_ns = 0  # the oldest power reading received (any device)
         self._first_ns: int | None = None
         self._energy0: dict[int, tuple[int, int]] = {}  # device -> first (t_ns, mJ)
         self._energy_last: dict[int, tuple[int, int]] = {}
@@ -143,6 +144,8 @@ class LiveFeed:
             self._latest_ns = max(self._latest_ns, end)
             if len(piece.power):
                 self._latest_power_ns = max(self._latest_power_ns, int(piece.power.t_ns.max()))
+                first = int(piece.power.t_ns.min())
+                self._first_power_ns = min(self._first_power_ns or first, first)
             if self._first_ns is None:
                 self._first_ns = end
             lo = self._latest_ns - self.keep_ns
@@ -325,6 +328,12 @@ class LiveFeed:
         """The time of the newest power reading received (0 before any)."""
         with self._lock:
             return self._latest_power_ns
+
+    @property
+    def first_power_ns(self) -> int:
+        """The time of the oldest power reading received (0 before any)."""
+        with self._lock:
+            return self._first_power_ns
 
     # --- SnapshotFeed ---------------------------------------------------------------------
 
