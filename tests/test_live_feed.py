@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -227,3 +228,24 @@ def test_polls_between_snapshots_leave_no_refit_work_to_the_next_update() -> Non
             assert st.redo is None or st.redo.complete or st.ahead
             stepped += st.ahead
     assert eng is not None and eng.refits >= 2 and stepped >= 10
+
+
+def test_live_feed_knows_its_first_power_reading() -> None:
+    """Records can arrive before any reading (the sampler starts late): first_power_ns stays
+    0 until a reading comes, is then the oldest reading received, even one that arrives
+    after newer ones, and never moves later."""
+    tr = simulate("varied_mix", "a100", seconds=6.0, seed=3).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20)
+    pieces = _slices(tr, 6)
+    no_power = [dataclasses.replace(p, power=p.power.take(np.zeros(len(p.power), bool)))
+                for p in pieces[:2]]
+    for p in no_power:
+        feed.add(p)
+    assert feed.latest_ns > 0 and feed.first_power_ns == 0 == feed.latest_power_ns
+    feed.add(pieces[3])
+    assert feed.first_power_ns == int(pieces[3].power.t_ns.min())
+    feed.add(pieces[2])  # older readings, late
+    assert feed.first_power_ns == int(pieces[2].power.t_ns.min())
+    feed.add(pieces[4])
+    assert feed.first_power_ns == int(pieces[2].power.t_ns.min())
+    assert feed.latest_power_ns == int(pieces[4].power.t_ns.max())
