@@ -14,8 +14,8 @@ workload fairly give a ratio near 1 (0.87–1.13 over the 144 runs of the simula
 seeds 7 and 3, phase-locked V100 included: its 20 ms period sees five phases of the step);
 phase-locked ones 0.0004–0.06.  A workload whose activity does not vary at the window's scale
 at all (a saturated GPU, or a step exactly one window long) has nothing to compare: the
-ratio is then 1 and the rule says nothing (such runs are not told apart from healthy ones
-here; docs/attribution.md, "Phase lock").
+ratio is then 1 and the rule says nothing here: ``idle_place`` tells windows busy
+throughout by the constant's leverage instead (docs/attribution.md, "Phase lock").
 
 Phase-locked readings cannot place P_idle or the classes' ΔP (nor the lag: every lag sees a
 constant slice), and the fit's dynamic energy can be off by any factor (+525 % on one

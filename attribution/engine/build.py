@@ -35,6 +35,7 @@ from attribution.engine.aliasing import (
 )
 from attribution.engine.clamp import clamped_items
 from attribution.engine.counter import counter_energy_j
+from attribution.engine.idle_place import idle_leverage, idle_unplaced, unplaced_why
 from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
@@ -450,6 +451,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     tail_j = 0.0
     degenerate_w: float | None = None
     locked: float | None = None  # the readings' spread ratio when they are phase-locked
+    unplaced_reason: str | None = None  # why, when the readings' windows are busy throughout
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
@@ -527,13 +529,19 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         centre = regress.pooled_by_kind(xf, y, kinds)
         f = regress.fit(xf, y, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
-        if prior is not None and len(y) >= 8 and (locked is not None
+        unplaced = len(y) >= 8 and idle_unplaced(idle_leverage(xf))
+        if prior is not None and len(y) >= 8 and (locked is not None or unplaced
                                                   or abs(f.p_idle_w - prior) > IDLE_SANITY * prior):
-            # the readings cannot place P_idle (phase lock, a missing regressor): hold it at
-            # the board's active idle so idle energy stays sane; every class is flagged below
+            # the readings cannot place P_idle (phase lock, busy throughout, a missing
+            # regressor): hold it at the board's active idle so idle energy stays sane; every
+            # class is flagged below
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
+        if unplaced and locked is None:  # (phase lock says more, and first)
+            unplaced_reason = unplaced_why(None if degenerate_w is None
+                                           else (degenerate_w, f.p_idle_w))
+            warnings.append(f"GPU {device}: {unplaced_reason}")
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
@@ -549,6 +557,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         act.release()
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
+        if prior is not None and degenerate_w is not None and locked is None:
+            # held because the readings do not place P_idle: it may be anywhere the sanity
+            # band allows (phase-locked readings get their own interval below)
+            prior_fits += [regress.fit(xf, y, prior * (1.0 + d), pooled=centre,
+                                       idle_weight=idle_w) for d in (-IDLE_SANITY, IDLE_SANITY)]
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
@@ -634,7 +647,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         exposure=exposure, clusters=clusters, has_power=has_power, window_ms=window_ms,
         held_idle=(None if degenerate_w is None else
                    (degenerate_w, prior if prior is not None else p_idle, p_idle)),
-        phase_locked=locked,
+        phase_locked=locked, idle_unplaced=unplaced_reason,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
                       "model; the interval spans the fits with and without them"
                       if preset is not None and preset.consumer_boost else None))

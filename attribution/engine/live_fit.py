@@ -204,7 +204,8 @@ class ClassVerdict:
 def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, gram_g: F64,
              g_c_time_s: F64, window_ms: float, preset: GpuPreset | None, has_power: bool,
              computed: I64, held_idle: tuple[float, float] | None = None,
-             boost_modelled: bool = False, phase_lock: float | None = None) -> ClassVerdict:
+             boost_modelled: bool = False, phase_lock: float | None = None,
+             idle_unplaced: str | None = None) -> ClassVerdict:
     """The batch engine's ``resolvable`` rules applied to the live fit, per class over its
     units (``g_c_time_s``: groups × classes busy time; ``group``: each class's main group;
     ``gram_g``: the Gram matrix of ``[1, group activity]`` over the horizon's readings, whose
@@ -213,7 +214,9 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, gram_g: F64,
     not resolvable until the next interval refresh); ``held_idle`` = (fitted, held) P_idle
     when the fit was degenerate and P_idle was held at the board's value (no class is then
     resolvable); ``boost_modelled``: the consumer slow stage and tail are in the fit;
-    ``phase_lock``: the readings' spread ratio when they are phase-locked (``aliasing``)."""
+    ``phase_lock``: the readings' spread ratio when they are phase-locked (``aliasing``);
+    ``idle_unplaced``: the reason when the readings' windows are busy throughout
+    (``idle_place``)."""
     n_cls = len(dyn_j)
     ci = _with_gain(ci_j, dyn_j, preset.gain_sigma if preset is not None else GAIN_SIGMA)
     m = gram_g[:n_groups + 1, :n_groups + 1]  # without a boost tail column
@@ -232,6 +235,7 @@ def verdicts(*, dyn_j: F64, ci_j: F64, group: I32, n_groups: int, gram_g: F64,
                       "model" if boost_modelled else
                       "consumer-card boost: the live engine does not model the slow stage and "
                       "tail (the batch engine fits them approximately)"),
-        computed=np.asarray(computed, bool), phase_locked=phase_lock)
+        computed=np.asarray(computed, bool), phase_locked=phase_lock,
+        idle_unplaced=idle_unplaced)
     members = tuple(tuple(c for c in range(n_cls) if int(group[c]) in comp) for comp in comps)
     return ClassVerdict(ci, tuple(res), tuple(clu), tuple(why), members)

@@ -25,6 +25,7 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.counter import counter_energy_j
+from attribution.engine.idle_place import gram_unplaced, unplaced_why
 from attribution.engine.live_fit import verdicts
 from attribution.engine.live_solve import ClassCi
 from attribution.engine.rows import close_totals
@@ -114,8 +115,8 @@ def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
     return np.column_stack([np.minimum(lo, dyn_j), np.maximum(hi, dyn_j)]), computed
 
 
-def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow],
-                                         list[list[str]]]:
+def _device_rows(p: DevicePart, unplaced: str | None = None
+                 ) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow], list[list[str]]]:
     n = len(p.labels)
     dyn = p.dyn_j
     energy = dyn + p.p_idle_w * p.share_s
@@ -124,7 +125,7 @@ def _device_rows(p: DevicePart) -> tuple[list[KernelRow], list[CopyRow], list[Id
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, gram_g=p.gram_g,
                  g_c_time_s=p.g_c_time_s, window_ms=p.window_ms, preset=p.preset,
                  has_power=has_power, computed=computed, held_idle=p.held_idle_w,
-                 phase_lock=p.phase_lock,
+                 phase_lock=p.phase_lock, idle_unplaced=unplaced,
                  boost_modelled=p.boost_tail_j is not None)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
@@ -221,7 +222,11 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         if p.phase_lock is not None:
             warnings.append(locked_warning(p.device, p.phase_lock, held=p.preset is not None))
             p = _anchored(p, mj, warnings)
-        k, c, i, members = _device_rows(p)
+        unplaced = (unplaced_why(p.held_idle_w) if p.field != "none" and p.phase_lock is None
+                    and gram_unplaced(p.gram_g) else None)
+        if unplaced is not None:
+            warnings.append(f"GPU {p.device}: {unplaced}")
+        k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]
         kernels += k

@@ -23,6 +23,7 @@ from attribution.engine.build import (
     TAIL_KIND,
     p_idle_interval,
 )
+from attribution.engine.idle_place import gram_unplaced
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
     block_stats,
@@ -185,10 +186,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     idle_w = regress.IDLE_PRIOR_READINGS
     held: tuple[float, float] | None = None
     sol = solve_gram(m, v, prior, pooled=centre)
-    if prior is not None and len(y) >= 8 and (phase_locked
+    if prior is not None and len(y) >= 8 and (phase_locked or gram_unplaced(m)
                                               or abs(sol[0] - prior) > IDLE_SANITY * prior):
-        # as the batch engine: the readings cannot place P_idle; hold it at the board's value
-        # and flag every class
+        # as the batch engine: the readings cannot place P_idle (phase lock, busy throughout,
+        # a missing regressor); hold it at the board's value and flag every class
         fitted = float(sol[0])
         idle_w = HELD_IDLE_READINGS * len(y)
         sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
@@ -211,6 +212,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         ends_sys.append(with_prior(d.T @ d, d.T @ y, prior, pooled=centre, idle_weight=idle_w))
     span = regress.prior_span(sol[1:], centre, kinds, m[0, 1:])
     ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
+    if prior is not None and held is not None and not phase_locked:
+        # held because the readings do not place P_idle: anywhere the sanity band allows
+        ends_sys += [with_prior(m, v, prior * (1.0 + d), pooled=centre, idle_weight=idle_w)
+                     for d in (-IDLE_SANITY, IDLE_SANITY)]
     ends = list(nnls_grams(np.array([s[0] for s in ends_sys]),
                            np.array([s[1] for s in ends_sys])))
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail

@@ -46,7 +46,8 @@ def imprecise_why(dyn_j: float, lo_j: float, hi_j: float,
 def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_time_s: F64,
                    exposure: F64, clusters: list[list[int]], has_power: bool, window_ms: float,
                    held_idle: tuple[float, float, float] | None, consumer_why: str | None,
-                   computed: B | None = None, phase_locked: float | None = None
+                   computed: B | None = None, phase_locked: float | None = None,
+                   idle_unplaced: str | None = None
                    ) -> tuple[list[bool], list[str | None], list[str]]:
     """Per class: (resolvable, cluster name, why not), the first rule that fails in order.
 
@@ -57,7 +58,9 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     degenerate; ``consumer_why``: the reason on a consumer board (None elsewhere);
     ``computed``: classes whose interval is computed (the live engine's newest are not yet);
     ``phase_locked``: the readings' activity spread ratio when they are phase-locked to the
-    workload (``aliasing``; P_idle is then held when the board has a value)."""
+    workload (``aliasing``; P_idle is then held when the board has a value);
+    ``idle_unplaced``: the reason when the readings' windows are busy throughout
+    (``idle_place``; P_idle is then held when the board has a value)."""
     n_cls = len(dyn_j)
     cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
     in_class = g_c_time_s > 0
@@ -86,6 +89,8 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
                  + ("" if held_idle is None else
                     f"; active idle held at the board's {held_idle[2]:.0f} W (fitted "
                     f"{held_idle[0]:.0f} W)"))
+        elif idle_unplaced is not None:
+            w = idle_unplaced
         elif held_idle is not None:
             w = (f"fit is degenerate: active idle fitted at {held_idle[0]:.0f} W against the "
                  f"board's {held_idle[1]:.0f} W (aliasing or a missing regressor); held at "
