@@ -24,7 +24,7 @@ workloads with every launch gap, sync, stall and copy removed (a saturated GPU; 
 the real meter runs 130–570 where the readings at a kernel's edges vary, and infinite on the
 TR/A100 run.  Above ``IDLE_UNPLACED`` the readings are taken not to place P_idle: both
 engines hold it at the board's value where there is one, as for a degenerate fit, flag every
-class, and the batch engine's intervals span P_idle over the sanity band.
+class, and span the class intervals over P_idle's sanity band (the board's value ± 50 %).
 """
 
 from __future__ import annotations
