@@ -1,0 +1,96 @@
+"""Do the readings place P_idle?  The constant's variance inflation on the suite and saturated runs.
+
+``attribution/engine/idle_place.py`` holds P_idle at the board's value and flags every class
+where the readings' windows are busy throughout: the constant column's variance inflation
+``n·[(AᵀA)⁻¹]₀₀`` of the batch fit's design over ``IDLE_UNPLACED``.  This prints, per run, that
+measure (read off the engine's own design), the engine's P_idle against the truth (× the
+board's gain), and whether the rule fired, for:
+
+* the simulator's scenario suite (every scenario × preset, ``--seconds``, each ``--seeds``);
+* the same workloads saturated: every launch gap, sync, stall and copy removed
+  (``p_launch_gap = p_sync = p_stall = 0``, no copies), so the GPU is busy in every window
+  unless the scenario's step keeps an idle tail of its own (phase_locked_step).
+
+and the margins the threshold keeps: the largest measure on the suite outside phase-locked
+rows (those have their own rule, which fires first) and the smallest on saturated runs
+outside phase_locked_step.  Run from the repository root::
+
+    python benchmarks/idle_place.py [--seconds 60] [--seeds 7,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import time
+from typing import Any
+
+from attribution.engine import attribute, build
+from attribution.engine.idle_place import IDLE_UNPLACED, idle_leverage
+from attribution.sim import simulate
+from attribution.sim.scenarios import SCENARIOS
+
+PRESETS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
+OWN_IDLE_TAIL = "phase_locked_step"  # its step keeps idle time even when saturated
+
+
+def run_one(scenario: str, gpu: str, seconds: float, seed: int, *, saturated: bool
+            ) -> dict[str, Any]:
+    """One run: the measure the batch engine computed, P_idle against the truth, the verdict."""
+    seen: list[float] = []
+
+    def measure(x: Any) -> float:
+        v = idle_leverage(x)
+        seen.append(v)
+        return v
+
+    spec = (dataclasses.replace(SCENARIOS[scenario], p_launch_gap=0.0, p_sync=0.0,
+                                p_stall=0.0, copies=()) if saturated else None)
+    res = simulate(scenario, gpu, seconds, seed=seed, spec=spec)
+    build.idle_leverage = measure  # the engine's own design, read as it is judged
+    try:
+        snap = attribute(res.trace)
+    finally:
+        build.idle_leverage = idle_leverage
+    true_w = res.truth.active_idle_w * res.truth.gain
+    return {
+        "scenario": scenario, "gpu": gpu, "seed": seed, "saturated": saturated,
+        "leverage": seen[0] if seen else math.nan,
+        "phase_locked": any("phase-locked" in w for w in snap.warnings),
+        "busy_throughout": any("busy throughout" in w for w in snap.warnings),
+        "p_idle_w": snap.totals.active_idle_w, "true_p_idle_w": true_w,
+        "p_idle_err": snap.totals.active_idle_w / true_w - 1.0,
+        "resolvable": sum(k.resolvable for k in snap.kernels),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seeds", default="7,3")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    t0 = time.perf_counter()
+    rows = [run_one(sc, gpu, args.seconds, seed, saturated=sat)
+            for sat in (False, True) for seed in seeds for sc in SCENARIOS for gpu in PRESETS]
+    print(f"{'run':34s} {'leverage':>11s} {'P_idle err':>10s}  rule  resolvable")
+    for r in rows:
+        tag = f"{'sat ' if r['saturated'] else ''}{r['scenario']}/{r['gpu']} s{r['seed']}"
+        rule = "busy" if r["busy_throughout"] else "lock" if r["phase_locked"] else "-"
+        print(f"{tag:34s} {r['leverage']:11.1f} {100 * r['p_idle_err']:+9.1f}%  {rule:4s}  "
+              f"{r['resolvable']}")
+    suite = [r["leverage"] for r in rows if not r["saturated"] and not r["phase_locked"]]
+    sat = [r["leverage"] for r in rows if r["saturated"] and r["scenario"] != OWN_IDLE_TAIL]
+    fired_suite = sum(r["busy_throughout"] for r in rows if not r["saturated"])
+    fired_sat = sum(r["busy_throughout"] or r["phase_locked"] for r in rows if r["saturated"]
+                    and r["scenario"] != OWN_IDLE_TAIL)
+    print(f"\nthreshold {IDLE_UNPLACED:.0f}: suite (not phase-locked) max {max(suite):.0f} "
+          f"(x{IDLE_UNPLACED / max(suite):.2f} below it), fired on {fired_suite} suite runs; "
+          f"saturated min {min(sat):.0f} (x{min(sat) / IDLE_UNPLACED:.2f} above it), told on "
+          f"{fired_sat} of {len(sat)} saturated runs; {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
