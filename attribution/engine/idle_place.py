@@ -16,15 +16,16 @@ The measure is the constant column's variance inflation, ``n · [(AᵀA)⁻¹]�
 ``A = [1, x]``, computed as ``n / ‖1 − x b‖²`` with ``b`` the least-squares fit of the constant
 on the activity columns (a singular design gives infinity, where a pseudo-inverse would hide
 it).  It is 1 when the activity is orthogonal to the constant and grows as the activity
-explains it.  Measured (60 s, seeds 7 and 3, and the 20 s check: seed 11, workload seed
-5): on the simulator's suite 1.7–2 400 on data-centre boards (their phase-locked rows reach
-10⁷, which their own rule catches first) and 150–3 100 on consumer ones; on the same
-workloads with every launch gap, sync, stall and copy removed (a saturated GPU; seeds 7 and
-3) 8 300–5 000 000, but for phase_locked_step, whose step keeps its idle tail (1–900); on
-the real meter runs 130–570 where the readings at a kernel's edges vary, and infinite on the
-TR/A100 run.  Above ``IDLE_UNPLACED`` the readings are taken not to place P_idle: both
-engines hold it at the board's value where there is one, as for a degenerate fit, flag every
-class, and span the class intervals over P_idle's sanity band (the board's value ± 50 %).
+explains it. Measured (60 s, seeds 7 and 3, and the 20 s check: seed 11, workload seed 5): on
+the simulator's suite 1.7–2 400 on data-centre boards (their phase-locked rows reach 10⁷, which
+their own rule catches first) and 150–3 100 on consumer ones; on the same workloads with every
+launch gap, sync, stall and copy removed (a saturated GPU; seeds 7 and 3) 8 300–5 000 000, but
+for phase_locked_step, whose step keeps its idle tail (1–900); on the real meter runs 130–570
+where the readings at a kernel's edges vary, and infinite on the TR/A100 run
+(``benchmarks/idle_place.py`` reruns the simulator's part). Above ``IDLE_UNPLACED`` the
+readings are taken not to place P_idle: both engines hold it at the board's value where there
+is one, as for a degenerate fit, flag every class, and span the class intervals over P_idle's
+sanity band (the board's value ± 50 %).
 """
 
 from __future__ import annotations
