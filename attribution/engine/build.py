@@ -35,7 +35,14 @@ from attribution.engine.aliasing import (
 )
 from attribution.engine.clamp import clamped_items
 from attribution.engine.counter import counter_energy_j
-from attribution.engine.idle_place import idle_leverage, idle_unplaced, unplaced_why
+from attribution.engine.idle_place import (
+    IDLE_PINNED,
+    idle_leverage,
+    idle_se_rel,
+    idle_unplaced,
+    off_preset_warning,
+    unplaced_why,
+)
 from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
 from attribution.engine.timebase import (
@@ -529,15 +536,23 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         centre = regress.pooled_by_kind(xf, y, kinds)
         f = regress.fit(xf, y, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
-        unplaced = len(y) >= 8 and idle_unplaced(idle_leverage(xf))
+        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
+        leverage = idle_leverage(xf)
+        unplaced = len(y) >= 8 and idle_unplaced(leverage)
+        off_band = prior is not None and abs(f.p_idle_w - prior) > IDLE_SANITY * prior
+        se_rel = (idle_se_rel(f.rms_w ** 2 * len(y), f.p_idle_w, n=len(y),
+                              n_params=xf.shape[1] + 1, block=block, leverage=leverage)
+                  if off_band else float("inf"))
         if prior is not None and len(y) >= 8 and (locked is not None or unplaced
-                                                  or abs(f.p_idle_w - prior) > IDLE_SANITY * prior):
-            # the readings cannot place P_idle (phase lock, busy throughout, a missing
-            # regressor): hold it at the board's active idle so idle energy stays sane; every
-            # class is flagged below
+                                                  or (off_band and se_rel > IDLE_PINNED)):
+            # the readings cannot place P_idle (phase lock, busy throughout, or a fit off the
+            # board's value that they do not pin either): hold it at the board's active idle
+            # so idle energy stays sane; every class is flagged below
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
+        elif prior is not None and off_band and se_rel <= IDLE_PINNED:  # the board's own
+            warnings.append(off_preset_warning(device, f.p_idle_w, prior, se_rel))
         if unplaced and locked is None:  # (phase lock says more, and first)
             unplaced_reason = unplaced_why(None if degenerate_w is None
                                            else (degenerate_w, f.p_idle_w))
@@ -545,7 +560,6 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
-        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
         slack = lag_slack_ms(lambda d: rss_at([d], slow)[0], lag,
                              n_readings=len(y), n_params=n_groups + 1, block=block,
                              at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag

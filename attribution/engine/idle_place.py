@@ -81,3 +81,29 @@ def gram_unplaced(m: F64) -> bool:
     """:func:`idle_unplaced` from a Gram matrix of ``[1, x]`` over at least 8 readings (the
     batch engine's minimum for judging a fit)."""
     return bool(m.shape[0]) and m[0, 0] >= 8 and idle_unplaced(idle_leverage_gram(m))
+
+
+IDLE_PINNED = 0.15
+"""P_idle's relative standard error (:func:`idle_se_rel`) at or under which the readings pin
+it: a fit that far from the board's preset value is then the board's own active idle, not a
+degenerate fit (docs/attribution.md, "Held active idle")."""
+
+
+def idle_se_rel(rss_w2: float, p_idle_w: float, *, n: int, n_params: int, block: int,
+                leverage: float) -> float:
+    """P_idle's standard error over its value: ``√(rss / (n − p) · block · leverage / n)``
+    (σ² over the effective readings, ``block`` to a bootstrap block, as the lag's slack
+    takes it; ``leverage`` from :func:`idle_leverage`); infinity where it cannot be told
+    (no spare readings, a singular design, P_idle at 0)."""
+    if n <= n_params or not np.isfinite(leverage) or not p_idle_w > 0:
+        return float("inf")
+    s2 = max(rss_w2, 0.0) / (n - n_params) * block
+    return float(np.sqrt(s2 * leverage / n)) / p_idle_w
+
+
+def off_preset_warning(device: int, fitted_w: float, board_w: float, se_rel: float) -> str:
+    """The warning when a pinned P_idle lies outside the sanity band around the preset."""
+    off = 100.0 * (fitted_w / board_w - 1.0)
+    return (f"GPU {device}: active idle fitted at {fitted_w:.0f} W, {off:+.0f}% from the board "
+            f"table's {board_w:.0f} W; kept, as the readings pin it to "
+            f"±{100 * se_rel:.0f}% (1σ): this board idles differently from the table")

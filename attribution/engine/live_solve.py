@@ -23,7 +23,12 @@ from attribution.engine.build import (
     TAIL_KIND,
     p_idle_interval,
 )
-from attribution.engine.idle_place import gram_unplaced
+from attribution.engine.idle_place import (
+    IDLE_PINNED,
+    gram_unplaced,
+    idle_leverage_gram,
+    idle_se_rel,
+)
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
     block_stats,
@@ -66,6 +71,9 @@ class DeviceFit:
     ci: ClassCi | None
     held_idle_w: tuple[float, float] | None
     tail_level_w: float = 0.0
+    off_preset: tuple[float, float] | None = None
+    """(fitted P_idle, its relative standard error) when the fit lies outside the sanity band
+    around the board's value and the readings pin it (kept: ``idle_place.IDLE_PINNED``)."""
 
 
 CI_Q = np.array([5.0, 95.0]) / 100.0
@@ -186,14 +194,24 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     idle_w = regress.IDLE_PRIOR_READINGS
     held: tuple[float, float] | None = None
     sol = solve_gram(m, v, prior, pooled=centre)
+    off_band = prior is not None and abs(sol[0] - prior) > IDLE_SANITY * prior
+    se_rel = float("inf")
+    if off_band:
+        sse0 = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
+        se_rel = idle_se_rel(sse0, float(sol[0]), n=n_rd, n_params=width, block=block,
+                             leverage=idle_leverage_gram(m))
+    off_preset: tuple[float, float] | None = None
     if prior is not None and len(y) >= 8 and (phase_locked or gram_unplaced(m)
-                                              or abs(sol[0] - prior) > IDLE_SANITY * prior):
+                                              or (off_band and se_rel > IDLE_PINNED)):
         # as the batch engine: the readings cannot place P_idle (phase lock, busy throughout,
-        # a missing regressor); hold it at the board's value and flag every class
+        # a fit off the board's value they do not pin either); hold it at the board's value
+        # and flag every class
         fitted = float(sol[0])
         idle_w = HELD_IDLE_READINGS * len(y)
         sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
         held = (fitted, float(sol[0]))
+    elif off_band and se_rel <= IDLE_PINNED:  # the board's own active idle, not the table's
+        off_preset = (float(sol[0]), se_rel)
     p_idle, dp = float(sol[0]), sol[1:n_groups + 1]
     sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
     rms = float(np.sqrt(max(sse, 0.0) / len(y)))
@@ -230,4 +248,5 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
-                     np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w)
+                     np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
+                     off_preset)
