@@ -22,6 +22,7 @@ import numpy as np
 import pynvml
 
 from attribution.model import DeviceInfo, KernelBatch, PowerField, Trace
+from attribution.presets import PRESETS, get_preset
 
 HALF_PERIODS_MS = [37.0, 61.0, 173.0]  # incommensurate with a 100 ms (or 20 ms) sensor period
 SIM_SCENARIO = "varied_mix"
@@ -438,6 +439,18 @@ def attribute(ctx: Context) -> dict[str, Any]:
         on_s = float((run.on_end_ns - run.on_start_ns).sum()) / 1e9
         out["kernel_model_j"] = ctx.fit["high_w"] * on_s
         out["kernel_dynamic_model_j"] = (ctx.fit["high_w"] - ctx.fit["low_w"]) * on_s
+    # the board table's active idle against what this board shows (the H200's is assumed to
+    # be the H100's): the engine's P_idle, the square wave's low level, and the engine's
+    # lines on it ("kept, as the readings pin it" / "fit is degenerate" / "busy throughout")
+    table = get_preset(snap.gpus[0].model) if snap.gpus and snap.gpus[0].model in PRESETS \
+        else None
+    out["active_idle"] = {
+        "table_w": table.active_idle_w if table is not None else None,
+        "engine_w": tot.active_idle_w,
+        "square_wave_low_w": ctx.fit["low_w"] if ctx.fit is not None else None,
+        "engine_lines": [w for w in snap.warnings if "idle" in w][:4],
+        "kernel_why": snap.kernels[0].why if snap.kernels else None,
+    }
     out["summary"] = (f"kernel {tot.kernel_energy_j:.1f} J, idle {tot.idle_energy_j:.1f} J, "
                       f"total {tot.energy_j:.1f} J vs counter {ctr_j:.1f} J over the bursts; "
                       f"closure {tot.closure_error:+.3f}")

@@ -103,6 +103,13 @@ def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) ->
     att = sec["attribute"]
     assert abs(att["totals"]["energy_j"] / att["counter_over_kernels_span_j"] - 1) < 0.05
     assert att["totals"]["kernel_energy_j"] > 0.5 * att["kernel_model_j"]
+    # the fake board idles at the h200 table's value: the engine's P_idle and the square
+    # wave's low level agree with it, and nothing was held or kept off the table
+    idle = att["active_idle"]
+    assert idle["table_w"] == 75.0
+    assert abs(idle["engine_w"] / idle["table_w"] - 1) < 0.1
+    assert abs(idle["square_wave_low_w"] / idle["table_w"] - 1) < 0.1
+    assert not idle["engine_lines"]
     cup = sec["cupti"]
     assert cup["kernels_decoded"] == cup["launched"] > 0 and cup["timestamps_match"]
 
