@@ -193,12 +193,14 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     centre = regress.pooled_by_kind_gram(m, v, kinds)
     idle_w = regress.IDLE_PRIOR_READINGS
     held: tuple[float, float] | None = None
+    def sse_of(s: F64) -> float:  # the readings' residual sum of squares at a solution
+        return float(y @ y) - 2.0 * float(s @ v) + float(s @ m @ s)
+
     sol = solve_gram(m, v, prior, pooled=centre)
     off_band = prior is not None and abs(sol[0] - prior) > IDLE_SANITY * prior
     se_rel = float("inf")
     if off_band:
-        sse0 = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
-        se_rel = idle_se_rel(sse0, float(sol[0]), n=n_rd, n_params=width, block=block,
+        se_rel = idle_se_rel(sse_of(sol), float(sol[0]), n=n_rd, n_params=width, block=block,
                              leverage=idle_leverage_gram(m))
     off_preset: tuple[float, float] | None = None
     if prior is not None and len(y) >= 8 and (phase_locked or gram_unplaced(m)
@@ -213,8 +215,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     elif off_band and se_rel <= IDLE_PINNED:  # the board's own active idle, not the table's
         off_preset = (float(sol[0]), se_rel)
     p_idle, dp = float(sol[0]), sol[1:n_groups + 1]
-    sse = float(y @ y) - 2.0 * float(sol @ v) + float(sol @ m @ sol)
-    rms = float(np.sqrt(max(sse, 0.0) / len(y)))
+    rms = float(np.sqrt(max(sse_of(sol), 0.0) / len(y)))
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
     pb, dpb = bootstrap_blocks(gb, vb, prior, n_boot=boot_per_tick, seed=seed, pooled=centre,
                                idle_weight=idle_w)
