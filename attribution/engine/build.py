@@ -36,12 +36,10 @@ from attribution.engine.aliasing import (
 from attribution.engine.clamp import clamped_items
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import (
-    IDLE_PINNED,
     idle_leverage,
-    idle_se_rel,
-    idle_unplaced,
-    off_preset_warning,
-    unplaced_why,
+    idle_lines,
+    judge_idle,
+    sanity_band_w,
 )
 from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
 from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
@@ -75,9 +73,6 @@ GAIN_SIGMA = 0.03
 """Board gain spread assumed for an unknown GPU (presets carry their own)."""
 TAIL_KIND = 99
 """Prior kind of the boost-tail column (its own pooled centre)."""
-IDLE_SANITY = 0.5
-"""A fitted active idle this far (relative) from the preset's means the model is not
-identified (e.g. steps phase-locked to the sensor period): no class is resolvable."""
 HELD_IDLE_READINGS = 100.0
 """P_idle prior weight per reading when the fit is degenerate (holds P_idle at the prior)."""
 BLOCK_S = 1.0
@@ -537,26 +532,19 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         f = regress.fit(xf, y, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
-        leverage = idle_leverage(xf)
-        unplaced = len(y) >= 8 and idle_unplaced(leverage)
-        off_band = prior is not None and abs(f.p_idle_w - prior) > IDLE_SANITY * prior
-        se_rel = (idle_se_rel(f.rms_w ** 2 * len(y), f.p_idle_w, n=len(y),
-                              n_params=xf.shape[1] + 1, block=block, leverage=leverage)
-                  if off_band else float("inf"))
-        if prior is not None and len(y) >= 8 and (locked is not None or unplaced
-                                                  or (off_band and se_rel > IDLE_PINNED)):
-            # the readings cannot place P_idle (phase lock, busy throughout, or a fit off the
-            # board's value that they do not pin either): hold it at the board's active idle
-            # so idle energy stays sane; every class is flagged below
+        judged = judge_idle(f.p_idle_w, prior, rss_w2=f.rms_w ** 2 * len(y), n=len(y),
+                            n_params=xf.shape[1] + 1, block=block,
+                            leverage=idle_leverage(xf), phase_locked=locked is not None)
+        if judged.hold:
+            # the readings cannot place P_idle: hold it at the board's active idle so idle
+            # energy stays sane; every class is flagged below
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
-        elif prior is not None and off_band and se_rel <= IDLE_PINNED:  # the board's own
-            warnings.append(off_preset_warning(device, f.p_idle_w, prior, se_rel))
-        if unplaced and locked is None:  # (phase lock says more, and first)
-            unplaced_reason = unplaced_why(None if degenerate_w is None
-                                           else (degenerate_w, f.p_idle_w))
-            warnings.append(f"GPU {device}: {unplaced_reason}")
+        unplaced_reason, lines = idle_lines(
+            device, judged, p_idle_w=f.p_idle_w, board_w=prior, phase_locked=locked is not None,
+            held=None if degenerate_w is None else (degenerate_w, f.p_idle_w))
+        warnings += lines
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
@@ -571,11 +559,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         act.release()
         prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
-        if prior is not None and degenerate_w is not None and locked is None:
+        if prior is not None and judged.hold and locked is None:
             # held because the readings do not place P_idle: it may be anywhere the sanity
             # band allows (phase-locked readings get their own interval below)
-            prior_fits += [regress.fit(xf, y, prior * (1.0 + d), pooled=centre,
-                                       idle_weight=idle_w) for d in (-IDLE_SANITY, IDLE_SANITY)]
+            prior_fits += [regress.fit(xf, y, band_w, pooled=centre, idle_weight=idle_w)
+                           for band_w in sanity_band_w(prior)]
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
@@ -636,7 +624,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         dp = np.zeros(n_groups)
         lag_dp = prior_dp = np.zeros((2, n_groups))
         end_p = ([] if p_idle == 0.0 else
-                 [p_idle * (1.0 - IDLE_SANITY), p_idle * (1.0 + IDLE_SANITY)] if prior is not None
+                 list(sanity_band_w(p_idle)) if prior is not None
                  else [0.0, p_idle])
         p_boot, dp_boot = np.zeros(1), np.zeros((1, n_groups))
         rms = 0.0

@@ -1,7 +1,10 @@
 """Whether a device's readings place its active idle power at all: the constant's leverage.
 
-Owns :func:`idle_leverage` (from the design) and :func:`idle_leverage_gram` (from its Gram
-matrix, as the live engine keeps it), the rule :func:`idle_unplaced` and its reason line.
+Owns the decision both engines take on P_idle before they split the power,
+:func:`judge_idle` (hold it at the board table's value, keep a fit off the table, or neither),
+its measures (:func:`idle_leverage` from the design, :func:`idle_leverage_gram` from the Gram
+matrix the live engine keeps, :func:`idle_se_rel`), the sanity band the held fits' intervals
+span (:func:`sanity_band_w`) and the lines the snapshot says about it (:func:`idle_lines`).
 
 The fit is ``power ≈ P_idle + Σ_g ΔP_g x_g``.  P_idle is told apart from the classes' ΔP
 only by how the activity in the readings' windows varies: where some windows are idle, or
@@ -29,6 +32,8 @@ sanity band (the board's value ± 50 %).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -77,16 +82,16 @@ def unplaced_why(held: tuple[float, float] | None) -> str:
                f"; active idle held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"))
 
 
-def gram_unplaced(m: F64) -> bool:
-    """:func:`idle_unplaced` from a Gram matrix of ``[1, x]`` over at least 8 readings (the
-    batch engine's minimum for judging a fit)."""
-    return bool(m.shape[0]) and m[0, 0] >= 8 and idle_unplaced(idle_leverage_gram(m))
-
-
+IDLE_SANITY = 0.5
+"""A fitted active idle this far (relative) from the board table's is not taken as it is
+unless the readings pin it (:data:`IDLE_PINNED`); held fits' intervals span this band."""
 IDLE_PINNED = 0.15
 """P_idle's relative standard error (:func:`idle_se_rel`) at or under which the readings pin
 it: a fit that far from the board's preset value is then the board's own active idle, not a
 degenerate fit (docs/attribution.md, "Held active idle")."""
+MIN_JUDGED = 8
+"""Fewer readings than this: P_idle is neither held nor told busy throughout (the fit rests
+on the priors, and a warning says so)."""
 
 
 def idle_se_rel(rss_w2: float, p_idle_w: float, *, n: int, n_params: int, block: int,
@@ -101,9 +106,68 @@ def idle_se_rel(rss_w2: float, p_idle_w: float, *, n: int, n_params: int, block:
     return float(np.sqrt(s2 * leverage / n)) / p_idle_w
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class IdleJudgement:
+    """What the readings say about P_idle (:func:`judge_idle`)."""
+
+    hold: bool
+    """Hold P_idle at the board's value and flag every class."""
+    unplaced: bool
+    """The readings' windows are busy throughout (:func:`idle_unplaced`)."""
+    off_table_se: float | None = None
+    """Kept more than :data:`IDLE_SANITY` off the board's value: P_idle's relative standard
+    error, at most :data:`IDLE_PINNED` (None: not off the table, or held)."""
+
+
+NOT_JUDGED = IdleJudgement(hold=False, unplaced=False)
+"""The judgement of a fit with too few readings (or none yet)."""
+
+
+def judge_idle(p_idle_w: float, board_w: float | None, *, rss_w2: float, n: int,
+               n_params: int, block: int, leverage: float, phase_locked: bool
+               ) -> IdleJudgement:
+    """Hold the fit's P_idle (``p_idle_w``, residual sum of squares ``rss_w2`` over ``n``
+    readings and ``n_params`` parameters) at the board's ``board_w`` where the readings cannot
+    place it: phase lock (``aliasing``), windows busy throughout (``leverage`` over
+    :data:`IDLE_UNPLACED`), or a fit more than :data:`IDLE_SANITY` off the board's value that
+    they do not pin either (:func:`idle_se_rel` over :data:`IDLE_PINNED`).  A board with no
+    value is never held; under :data:`MIN_JUDGED` readings nothing is judged."""
+    if n < MIN_JUDGED:
+        return NOT_JUDGED
+    unplaced = idle_unplaced(leverage)
+    if board_w is None:
+        return IdleJudgement(hold=False, unplaced=unplaced)
+    if abs(p_idle_w - board_w) <= IDLE_SANITY * board_w:
+        return IdleJudgement(hold=phase_locked or unplaced, unplaced=unplaced)
+    se = idle_se_rel(rss_w2, p_idle_w, n=n, n_params=n_params, block=block, leverage=leverage)
+    if phase_locked or unplaced or se > IDLE_PINNED:
+        return IdleJudgement(hold=True, unplaced=unplaced)
+    return IdleJudgement(hold=False, unplaced=False, off_table_se=se)
+
+
+def sanity_band_w(board_w: float) -> tuple[float, float]:
+    """The P_idle values a held fit's intervals also span: the board's value ± the band."""
+    return board_w * (1.0 - IDLE_SANITY), board_w * (1.0 + IDLE_SANITY)
+
+
 def off_preset_warning(device: int, fitted_w: float, board_w: float, se_rel: float) -> str:
     """The warning when a pinned P_idle lies outside the sanity band around the preset."""
     off = 100.0 * (fitted_w / board_w - 1.0)
     return (f"GPU {device}: active idle fitted at {fitted_w:.0f} W, {off:+.0f}% from the board "
             f"table's {board_w:.0f} W; kept, as the readings pin it to "
             f"±{100 * se_rel:.0f}% (1σ): this board idles differently from the table")
+
+
+def idle_lines(device: int, judged: IdleJudgement, *, p_idle_w: float, board_w: float | None,
+               held: tuple[float, float] | None, phase_locked: bool
+               ) -> tuple[str | None, list[str]]:
+    """What a snapshot says about P_idle: each class's reason when the windows are busy
+    throughout (None otherwise, or when phase lock, which says more, also holds) and the
+    device's warnings; ``held``: (fitted, held) P_idle when it was held."""
+    lines: list[str] = []
+    reason = unplaced_why(held) if judged.unplaced and not phase_locked else None
+    if reason is not None:
+        lines.append(f"GPU {device}: {reason}")
+    if judged.off_table_se is not None and board_w is not None:
+        lines.append(off_preset_warning(device, p_idle_w, board_w, judged.off_table_se))
+    return reason, lines

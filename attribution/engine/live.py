@@ -538,7 +538,7 @@ class LiveEngine:
             step_dyn_j=st.steps.busy_dot(f.unit_dp_w),
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first else None,
-            held_idle_w=f.held_idle_w, off_preset=f.off_preset,
+            held_idle_w=f.held_idle_w, idle=f.idle,
             phase_lock=st.spread if phase_locked(st.spread) else None,
             slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3

@@ -25,7 +25,7 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.counter import counter_energy_j
-from attribution.engine.idle_place import gram_unplaced, off_preset_warning, unplaced_why
+from attribution.engine.idle_place import NOT_JUDGED, IdleJudgement, idle_lines
 from attribution.engine.live_fit import verdicts
 from attribution.engine.live_solve import ClassCi
 from attribution.engine.rows import close_totals
@@ -91,9 +91,8 @@ class DevicePart:
     step_source: str
     held_idle_w: tuple[float, float] | None = None
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
-    off_preset: tuple[float, float] | None = None
-    """(fitted P_idle, its relative standard error) when it was kept outside the sanity band
-    around the board's value because the readings pin it."""
+    idle: IdleJudgement = NOT_JUDGED
+    """What the fit's readings said about P_idle (``idle_place.judge_idle``)."""
     phase_lock: float | None = None
     """The readings' activity spread ratio when they are phase-locked to the workload."""
     boost_tail_j: float | None = None
@@ -225,13 +224,11 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         if p.phase_lock is not None:
             warnings.append(locked_warning(p.device, p.phase_lock, held=p.preset is not None))
             p = _anchored(p, mj, warnings)
-        unplaced = (unplaced_why(p.held_idle_w) if p.field != "none" and p.phase_lock is None
-                    and gram_unplaced(p.gram_g) else None)
-        if unplaced is not None:
-            warnings.append(f"GPU {p.device}: {unplaced}")
-        if p.off_preset is not None and p.preset is not None:
-            warnings.append(off_preset_warning(p.device, p.off_preset[0], p.preset.active_idle_w,
-                                               p.off_preset[1]))
+        unplaced, lines = idle_lines(
+            p.device, p.idle, p_idle_w=p.p_idle_w, held=p.held_idle_w,
+            board_w=p.preset.active_idle_w if p.preset is not None else None,
+            phase_locked=p.phase_lock is not None)
+        warnings += lines
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]

@@ -19,15 +19,15 @@ from attribution.engine import regress
 from attribution.engine.build import (
     GAIN_SIGMA,
     HELD_IDLE_READINGS,
-    IDLE_SANITY,
     TAIL_KIND,
     p_idle_interval,
 )
 from attribution.engine.idle_place import (
-    IDLE_PINNED,
-    gram_unplaced,
+    NOT_JUDGED,
+    IdleJudgement,
     idle_leverage_gram,
-    idle_se_rel,
+    judge_idle,
+    sanity_band_w,
 )
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
@@ -71,9 +71,9 @@ class DeviceFit:
     ci: ClassCi | None
     held_idle_w: tuple[float, float] | None
     tail_level_w: float = 0.0
-    off_preset: tuple[float, float] | None = None
-    """(fitted P_idle, its relative standard error) when the fit lies outside the sanity band
-    around the board's value and the readings pin it (kept: ``idle_place.IDLE_PINNED``)."""
+    idle: IdleJudgement = NOT_JUDGED
+    """What the readings said about P_idle (``idle_place.judge_idle``): held, busy
+    throughout, kept off the board's value."""
 
 
 CI_Q = np.array([5.0, 95.0]) / 100.0
@@ -197,23 +197,15 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         return float(y @ y) - 2.0 * float(s @ v) + float(s @ m @ s)
 
     sol = solve_gram(m, v, prior, pooled=centre)
-    off_band = prior is not None and abs(sol[0] - prior) > IDLE_SANITY * prior
-    se_rel = float("inf")
-    if off_band:
-        se_rel = idle_se_rel(sse_of(sol), float(sol[0]), n=n_rd, n_params=width, block=block,
-                             leverage=idle_leverage_gram(m))
-    off_preset: tuple[float, float] | None = None
-    if prior is not None and len(y) >= 8 and (phase_locked or gram_unplaced(m)
-                                              or (off_band and se_rel > IDLE_PINNED)):
-        # as the batch engine: the readings cannot place P_idle (phase lock, busy throughout,
-        # a fit off the board's value they do not pin either); hold it at the board's value
+    judged = judge_idle(float(sol[0]), prior, rss_w2=sse_of(sol), n=n_rd, n_params=width,
+                        block=block, leverage=idle_leverage_gram(m), phase_locked=phase_locked)
+    if judged.hold:
+        # as the batch engine: the readings cannot place P_idle; hold it at the board's value
         # and flag every class
         fitted = float(sol[0])
         idle_w = HELD_IDLE_READINGS * len(y)
         sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
         held = (fitted, float(sol[0]))
-    elif off_band and se_rel <= IDLE_PINNED:  # the board's own active idle, not the table's
-        off_preset = (float(sol[0]), se_rel)
     p_idle, dp = float(sol[0]), sol[1:n_groups + 1]
     rms = float(np.sqrt(max(sse_of(sol), 0.0) / len(y)))
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
@@ -231,10 +223,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         ends_sys.append(with_prior(d.T @ d, d.T @ y, prior, pooled=centre, idle_weight=idle_w))
     span = regress.prior_span(sol[1:], centre, kinds, m[0, 1:])
     ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
-    if prior is not None and held is not None and not phase_locked:
+    if prior is not None and judged.hold and not phase_locked:
         # held because the readings do not place P_idle: anywhere the sanity band allows
-        ends_sys += [with_prior(m, v, prior * (1.0 + d), pooled=centre, idle_weight=idle_w)
-                     for d in (-IDLE_SANITY, IDLE_SANITY)]
+        ends_sys += [with_prior(m, v, band_w, pooled=centre, idle_weight=idle_w)
+                     for band_w in sanity_band_w(prior)]
     ends = list(nnls_grams(np.array([s[0] for s in ends_sys]),
                            np.array([s[1] for s in ends_sys])))
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail
@@ -250,4 +242,4 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
-                     off_preset)
+                     judged)
