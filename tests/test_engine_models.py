@@ -16,7 +16,13 @@ import pytest
 from attribution.engine import attribute_arrays
 from attribution.engine.clamp import clamped_items
 from attribution.engine.regress import quick_rss
-from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
+from attribution.engine.tail import (
+    held_tail_params,
+    idle_gaps,
+    scan_tail,
+    tail_energy_s,
+    tail_fractions,
+)
 from attribution.model import CLOCK_REASON_GPU_IDLE, CLOCK_REASON_SW_THERMAL, ClockBatch, Trace
 from attribution.sim import simulate
 
@@ -132,7 +138,30 @@ def test_tail_is_not_fitted_to_a_square_wave() -> None:
     t = np.arange(S, 7 * S, 100_000_000, dtype=np.int64) + 37_000_000
     x = np.full((len(t), 1), 0.5)
     y = 130.0 + 100.0 * x[:, 0] + np.random.default_rng(0).normal(0, 1, len(t))
-    assert fit_tail(x, y, s, e, t, window_ms=100.0, lag_ms=1.0, rss=quick_rss) is None
+    scan = scan_tail(x, y, s, e, t, window_ms=100.0, lag_ms=1.0, rss=quick_rss)
+    assert scan.params is None
+    assert scan.unplaced  # every candidate skipped: the tail trades with P_idle here
+
+
+def test_a_held_active_idle_places_the_tail_a_free_one_cannot() -> None:
+    # the square wave again: the tail (1 - busy time) trades with the constant, but with
+    # P_idle held the readings' excess over it has a tail the fit can place
+    s = np.arange(0, 8 * S, 100_000_000, dtype=np.int64)
+    e = s + 50_000_000 + np.random.default_rng(1).integers(0, 30_000_000, len(s))
+    t = np.arange(S, 7 * S, 25_000_000, dtype=np.int64) + 7_000_000
+    busy = np.zeros(len(t))
+    for a, b in zip(s, e, strict=True):
+        lo, hi = np.maximum(t - 101_000_000, a), np.minimum(t - 1_000_000, b)
+        busy += np.clip(hi - lo, 0, None) / 100e6
+    x = busy[:, None]
+    h = tail_fractions(*idle_gaps(s, e, 5_000_000), t, window_ms=100.0, lag_ms=1.0, tau_s=0.5)
+    y = 130.0 + 100.0 * busy + 40.0 * h
+    assert scan_tail(x, y, s, e, t, window_ms=100.0, lag_ms=1.0, rss=quick_rss).unplaced
+    assert held_tail_params(x, y - 130.0, s, e, t, window_ms=100.0, lag_ms=1.0) is not None
+    # every column nearly constant (a step locked to the window): nothing to place either way
+    flat = np.full((len(t), 1), 0.5)
+    assert held_tail_params(flat, np.full(len(t), 20.0), s, e, t, window_ms=100.0,
+                            lag_ms=1.0) is None
 
 
 def test_prior_centre_is_per_kind() -> None:

@@ -152,6 +152,31 @@ def test_a_saturated_consumer_board_holds_its_active_idle(engine: str) -> None:
             assert lo <= truth.class_dynamic_j[f"kernel:{k.name}"] <= hi
 
 
+@pytest.mark.parametrize("engine", ["batch", "live"])
+@pytest.mark.parametrize("gpu", ["rtx3090", "rtx4090"])
+def test_active_idle_interval_reaches_the_board_where_no_tail_can_be_placed(
+        gpu: str, engine: str) -> None:
+    """phase_locked_step on a consumer board: every step ends in the same idle gap, so the
+    boost tail cannot be told from P_idle and the fit puts it there (rtx4090: 46 W against
+    30 W).  P_idle's interval missed the truth (43.5–61.7 W); it now reaches the board's
+    value, and the snapshot says why."""
+    res = simulate("phase_locked_step", gpu, 60.0, seed=7)
+    if engine == "batch":
+        snap = attribute(res.trace)
+    else:
+        got = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
+        assert got is not None
+        snap = got
+    lo, hi = snap.meta["active_idle_ci_w"]["0"]
+    true_w = res.truth.active_idle_w * res.truth.gain
+    assert snap.totals.active_idle_w > true_w * 1.04  # the tail is in P_idle
+    assert lo <= true_w <= hi
+    assert any("boost tail cannot be told" in w for w in snap.warnings)
+    # a consumer run whose gaps vary places its tail: no such line
+    res = simulate("varied_mix", gpu, 30.0, seed=7)
+    assert not any("boost tail cannot be told" in w for w in attribute(res.trace).warnings)
+
+
 def test_a_degenerate_fit_the_readings_do_not_pin_is_still_held() -> None:
     """The real TR/3090 run (`instant`): one 6 s kernel on a consumer board, where only the
     edge readings speak for P_idle and the boost model trades with it: the fit says 251 W

@@ -42,7 +42,14 @@ from attribution.engine.idle_place import (
     sanity_band_w,
 )
 from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
-from attribution.engine.tail import fit_tail, tail_energy_s, tail_fractions
+from attribution.engine.tail import (
+    held_tail_params,
+    scan_tail,
+    tail_energy_s,
+    tail_fractions,
+    tail_model,
+    tail_unplaced_warning,
+)
 from attribution.engine.timebase import (
     LAG_FINE_MS,
     LAG_GRID_MS,
@@ -184,6 +191,21 @@ def _with_gain(ci: F64, est: F64, gain_sigma: float) -> F64:
     hi = est * (1.0 + np.sqrt(np.clip(hi_rel, 0, None) ** 2 + g * g))
     return np.column_stack([np.minimum(np.clip(lo, 0.0, None), ci[:, 0]),
                             np.maximum(hi, ci[:, 1])])
+
+
+def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns: I64, *,
+                   window_ms: float, lag_ms: float, kinds: I32) -> regress.Fit:
+    """The fit with P_idle held at the board's value and the boost tail refitted on the
+    readings' excess over it (:func:`tail.held_tail_params` on the items' (start, end) times;
+    no candidate: the classes take the excess): an end of the intervals where the free fit
+    could place no tail."""
+    params = held_tail_params(x, y - board_w, *items, t_ns, window_ms=window_ms, lag_ms=lag_ms)
+    model = tail_model(params, *items)
+    xh = x if model is None else np.column_stack([x, tail_fractions(
+        model[0], model[1], t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=model[2])])
+    k = np.r_[kinds.astype(np.int64), [TAIL_KIND] * (xh.shape[1] - x.shape[1])]
+    return regress.fit(xh, y, board_w, pooled=regress.pooled_by_kind(xh, y, k),
+                       idle_weight=HELD_IDLE_READINGS * len(y))
 
 
 def p_idle_interval(p_idle_w: float, boot_q_w: tuple[float, float], ends_w: Sequence[float],
@@ -450,6 +472,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     lag, tau = 1.5, 0.0
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
+    tail_unplaced = False
+    held_p: list[float] = []
     tail_j = 0.0
     degenerate_w: float | None = None
     locked: float | None = None  # the readings' spread ratio when they are phase-locked
@@ -511,8 +535,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             locked = spread
             warnings.append(locked_warning(device, spread, held=prior is not None))
         if preset is not None and preset.consumer_boost:
-            tail = fit_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
-                            rss=regress.quick_rss)
+            scan = scan_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
+                             rss=regress.quick_rss)
+            tail, tail_unplaced = tail_model(scan.params, s_ns, e_ns), scan.unplaced
 
         def design(d_ms: float, *, plain: bool = False) -> F64:
             """Activity at lag + d_ms, with the tail column appended when it is modelled;
@@ -564,6 +589,17 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # band allows (phase-locked readings get their own interval below)
             prior_fits += [regress.fit(xf, y, band_w, pooled=centre, idle_weight=idle_w)
                            for band_w in sanity_band_w(prior)]
+        if (tail_unplaced and preset is not None and prior is not None and not judged.hold
+                and f.p_idle_w > prior):
+            # no tail candidate could be told from the constant (every idle gap alike): the
+            # fitted P_idle may hold the tail's power; the intervals span the fit with P_idle
+            # at the board's value (in true watts: the sensor's gain spans it) and the tail
+            # refitted where it now can be, else the classes taking the rest
+            held = _held_tail_fit(x, y, prior, (s_ns, e_ns), t_k, window_ms=window_ms,
+                                  lag_ms=lag, kinds=group_kind)
+            prior_fits.append(held)
+            held_p = [held.p_idle_w * (1.0 - Z90 * preset.gain_sigma)]  # the gain's span
+            warnings.append(tail_unplaced_warning(device, f.p_idle_w, prior))
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
             prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
@@ -587,7 +623,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                     y, prior, pooled=centre[:n_groups], idle_weight=idle_w))
         lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
         prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
-        end_p = [e.p_idle_w for e in lag_fits + prior_fits]
+        end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
         p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,

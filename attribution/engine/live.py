@@ -520,7 +520,8 @@ class LiveEngine:
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
                        seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
-                       phase_locked=phase_locked(st.spread), has_power=st.field is not None)
+                       phase_locked=phase_locked(st.spread), has_power=st.field is not None,
+                       tail_unplaced=st.boost.tail_unplaced)
         steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
@@ -538,7 +539,7 @@ class LiveEngine:
             step_dyn_j=st.steps.busy_dot(f.unit_dp_w),
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first else None,
-            held_idle_w=f.held_idle_w, idle=f.idle,
+            held_idle_w=f.held_idle_w, idle=f.idle, tail_unplaced=f.tail_unplaced,
             phase_lock=st.spread if phase_locked(st.spread) else None,
             slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3

@@ -25,7 +25,7 @@ from attribution.engine.aliasing import spread_ratio
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
-from attribution.engine.tail import fit_tail_params, idle_gaps, tail_fractions
+from attribution.engine.tail import idle_gaps, scan_tail, tail_fractions
 from attribution.engine.timebase import ActivityFn, slow_response_steps, window_fractions
 from attribution.model import F64, I64
 
@@ -40,6 +40,8 @@ class Boost:
     slow: tuple[float, float] = (0.0, 0.0)
     tail: tuple[float, float] | None = None
     modelled: bool = False  # fitted (a consumer board), even if neither part was kept
+    tail_unplaced: bool = False
+    """No tail candidate could be told from the constant (``tail.TailScan.unplaced``)."""
 
     def reach_ms(self) -> float:
         """How far before a window the slow stage reads busy time."""
@@ -110,11 +112,11 @@ class ResponseSearch:
         lag, slow = res
         tau = self._fast[1]
         x = window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
-        tail = fit_tail_params(x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
-                               rss=regress.quick_rss)
+        scan = scan_tail(x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
+                         rss=regress.quick_rss)
         self.spread = spread_ratio(self._busy, self._t, x, self._w, lag_ms=lag, tau_ms=tau,
                                    slow=slow)
-        self.result = (lag, tau, Boost(slow, tail, True))
+        self.result = (lag, tau, Boost(slow, scan.params, True, scan.unplaced))
         return self.result
 
 

@@ -29,6 +29,7 @@ from attribution.engine.idle_place import NOT_JUDGED, IdleJudgement, idle_lines
 from attribution.engine.live_fit import verdicts
 from attribution.engine.live_solve import ClassCi
 from attribution.engine.rows import close_totals
+from attribution.engine.tail import tail_unplaced_warning
 from attribution.model import F64, I32, I64, EnergyBatch, Trace
 from attribution.precision import precision_of
 from attribution.presets import GpuPreset
@@ -93,6 +94,8 @@ class DevicePart:
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
     idle: IdleJudgement = NOT_JUDGED
     """What the fit's readings said about P_idle (``idle_place.judge_idle``)."""
+    tail_unplaced: bool = False
+    """P_idle's interval reaches the board's value: no boost tail could be placed."""
     phase_lock: float | None = None
     """The readings' activity spread ratio when they are phase-locked to the workload."""
     boost_tail_j: float | None = None
@@ -229,6 +232,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             board_w=p.preset.active_idle_w if p.preset is not None else None,
             phase_locked=p.phase_lock is not None)
         warnings += lines
+        if p.tail_unplaced and p.preset is not None:
+            warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w))
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]

@@ -20,6 +20,7 @@ from attribution.engine.build import (
     GAIN_SIGMA,
     HELD_IDLE_READINGS,
     TAIL_KIND,
+    Z90,
     p_idle_interval,
 )
 from attribution.engine.idle_place import (
@@ -74,6 +75,9 @@ class DeviceFit:
     idle: IdleJudgement = NOT_JUDGED
     """What the readings said about P_idle (``idle_place.judge_idle``): held, busy
     throughout, kept off the board's value."""
+    tail_unplaced: bool = False
+    """P_idle's interval reaches down to the board's value: no boost tail could be told from
+    the constant and the fit sits above the board's value (as the batch engine)."""
 
 
 CI_Q = np.array([5.0, 95.0]) / 100.0
@@ -148,7 +152,7 @@ def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
 def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPreset | None,
                block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
                tail: list[F64] | None = None, phase_locked: bool = False,
-               has_power: bool = True) -> DeviceFit:
+               has_power: bool = True, tail_unplaced: bool = False) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
@@ -158,7 +162,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     engine does, and with a tail to the fit without it.  ``phase_locked``: the readings
     cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's.
     ``has_power``: the device has a power field (without one, energies are 0: times only;
-    with one but no reading in the horizon, idle runs at the board's value)."""
+    with one but no reading in the horizon, idle runs at the board's value).
+    ``tail_unplaced`` (``live_boost.Boost.tail_unplaced``): P_idle may hold the boost tail's
+    power, so its interval reaches the board's value where the fit lies above it (the batch
+    engine also spans the classes over a fit held there; the live one does not)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -238,8 +245,11 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
     end_p = [float(e[0]) for e in ends] + ([held[0]] if held is not None else [])
+    below = tail_unplaced and prior is not None and held is None and p_idle > prior
+    if below and prior is not None:  # as the batch engine: the board's value, in the
+        end_p.append(prior * (1.0 - Z90 * gain_sigma))  # sensor's watts (its gain)
     ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
-                     judged)
+                     judged, below)

@@ -1,18 +1,22 @@
 """The boost tail of consumer boards: power that stays on after the GPU goes idle.
 
-Owns the tail regressor (its window means, energy and fit: :func:`fit_tail`,
-:func:`fit_tail_params`).  GeForce cards keep boost power for 0.5-3 s after work stops
-(DESIGN.md §3).  Modelled as a level L (W, fitted, ≥ 0) times ``exp(−age/τ_t)`` inside every
-idle gap of at least ``min_gap`` (age = time since the gap began), cut off when the next item
-starts.  The sensor sees its window mean, which :func:`tail_fractions` computes exactly from
-the cumulative integral.  The tail matters far beyond its energy: it sits exactly in the
-low-activity readings that pin the active idle, so without it ``P_idle`` is fitted high and
-every class's ΔP low.  Its energy belongs to no item and, by CONTRACT.md, is not idle energy
-(``P_idle × time``) either: the engine reports it apart (``meta.boost_tail_j``).
+Owns the tail regressor (its window means, energy and fit: :func:`scan_tail`,
+:func:`fit_tail_params`, and :func:`held_tail_params` for a held P_idle).  GeForce cards keep
+boost power for 0.5-3 s after work stops (DESIGN.md §3).  Modelled as a level L (W, fitted,
+≥ 0) times ``exp(−age/τ_t)`` inside every idle gap of at least ``min_gap`` (age = time since
+the gap began), cut off when the next item starts.  The sensor sees its window mean, which
+:func:`tail_fractions` computes exactly from the cumulative integral.  The tail matters far
+beyond its energy: it sits exactly in the low-activity readings that pin the active idle, so
+without it ``P_idle`` is fitted high and every class's ΔP low.  Its energy belongs to no item
+and, by CONTRACT.md, is not idle energy (``P_idle × time``) either: the engine reports it
+apart (``meta.boost_tail_j``).  Where every idle gap is alike (a step locked to the sensor's
+window) no tail can be told from ``P_idle`` (:attr:`TailScan.unplaced`): both engines then
+stretch P_idle's interval to the board's value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -80,27 +84,77 @@ def _r2(h: F64, x: F64) -> float:
     return 1.0 - float(r @ r) / ss
 
 
-def fit_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float,
-             lag_ms: float, rss: Callable[[F64, F64], float]
-             ) -> tuple[I64, I64, float] | None:
-    """(gap starts, gap ends, τ_t) of the tail model that lowers the residual most, or None
-    (see :func:`fit_tail_params`)."""
-    best = fit_tail_params(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
-                           rss=rss)
-    if best is None:
+@dataclasses.dataclass(frozen=True)
+class TailScan:
+    """What the tail grid found: the best candidate and whether the readings could place any."""
+
+    params: tuple[float, float] | None
+    """(min_gap ms, τ_t s) of the candidate that lowers the residual most, or None."""
+    unplaced: bool
+    """Every candidate with gaps to model was skipped as collinear: the tail is then the
+    complement of the busy time, or nearly constant, and trades with ``P_idle`` (every gap
+    alike, as in a step locked to the sensor's window); False where no gap was found at all."""
+
+
+def scan_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float,
+              lag_ms: float, rss: Callable[[F64, F64], float]) -> TailScan:
+    """The grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``: candidates with R² >
+    ``TAIL_MAX_R2`` against a constant and the activity columns are skipped, the rest scored
+    by ``rss`` (which fits its own constant)."""
+    best_r = rss(x, y)
+    best: tuple[float, float] | None = None
+    tried = skipped = 0
+    for mg in MIN_GAP_GRID_MS:
+        gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
+        if len(gs) == 0:
+            continue
+        for tau in TAIL_TAU_GRID_S:
+            tried += 1
+            h = tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=tau)
+            if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
+                skipped += 1
+                continue
+            r = rss(np.column_stack([x, h]), y)
+            if r < best_r * (1.0 - 1e-3):
+                best_r, best = r, (float(mg), float(tau))
+    return TailScan(best, tried > 0 and skipped == tried)
+
+
+def tail_model(params: tuple[float, float] | None, start_ns: I64, end_ns: I64
+               ) -> tuple[I64, I64, float] | None:
+    """(gap starts, gap ends, τ_t) of a candidate (:func:`scan_tail`), None for none."""
+    if params is None:
         return None
-    gs, ge = idle_gaps(start_ns, end_ns, round(best[0] * 1e6))
-    return gs, ge, best[1]
+    gs, ge = idle_gaps(start_ns, end_ns, round(params[0] * 1e6))
+    return gs, ge, params[1]
 
 
 def fit_tail_params(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
                     window_ms: float, lag_ms: float, rss: Callable[[F64, F64], float]
                     ) -> tuple[float, float] | None:
-    """(min_gap ms, τ_t s) of the tail model that lowers the residual most, or None (grid
-    ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``; candidates with R² > ``TAIL_MAX_R2`` against
-    the activity columns are skipped).  The live engine keeps these two numbers and applies
-    them to each new reading row."""
-    best_r = rss(x, y)
+    """(min_gap ms, τ_t s) of the tail model that lowers the residual most, or None
+    (:func:`scan_tail`).  The live engine keeps these two numbers and applies them to each
+    new reading row."""
+    return scan_tail(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
+                     rss=rss).params
+
+
+def _rss_through_zero(a: F64, y: F64) -> float:
+    """Residual sum of squares of least squares with no constant."""
+    coef = np.linalg.lstsq(a, y, rcond=None)[0]
+    r = y - a @ coef
+    return float(r @ r)
+
+
+def held_tail_params(x: F64, excess_w: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
+                     window_ms: float, lag_ms: float) -> tuple[float, float] | None:
+    """The tail candidate that best explains the readings' excess over a *held* P_idle
+    (``excess_w`` = power − P_idle, fitted with no constant), or None.  With P_idle no longer
+    free, a tail that trades only with the constant is identifiable: a candidate is skipped
+    only where the activity columns alone explain it (uncentred R² over ``TAIL_MAX_R2``;
+    with every column nearly constant, as in a step locked to the sensor's window, they all
+    do).  For the interval of a fit whose tail was unplaced (:attr:`TailScan.unplaced`)."""
+    best_r = _rss_through_zero(x, excess_w) if x.shape[1] else float(excess_w @ excess_w)
     best: tuple[float, float] | None = None
     for mg in MIN_GAP_GRID_MS:
         gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
@@ -108,9 +162,21 @@ def fit_tail_params(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
             continue
         for tau in TAIL_TAU_GRID_S:
             h = tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=tau)
-            if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
+            ss = float(h @ h)
+            if ss <= 1e-18:
                 continue
-            r = rss(np.column_stack([x, h]), y)
+            if x.shape[1] and 1.0 - _rss_through_zero(x, h) / ss > TAIL_MAX_R2:
+                continue
+            r = _rss_through_zero(np.column_stack([x, h]), excess_w)
             if r < best_r * (1.0 - 1e-3):
                 best_r, best = r, (float(mg), float(tau))
     return best
+
+
+def tail_unplaced_warning(device: int, p_idle_w: float, board_w: float) -> str:
+    """The snapshot's line for a consumer board whose tail was unplaced
+    (:attr:`TailScan.unplaced`)."""
+    return (f"GPU {device}: the boost tail cannot be told from the active idle here (every "
+            "idle gap alike, so the tail follows the busy time); active idle "
+            f"{p_idle_w:.0f} W may hold the tail's power: the intervals span the fit with "
+            f"active idle at the board's {board_w:.0f} W")
