@@ -7,6 +7,8 @@ lag 2 ms) is computed here on a 20 µs grid, independently of the engine's own a
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -428,3 +430,26 @@ def test_rank_units_is_the_tuple_key_sort(seed: int) -> None:
     for u, k in zip(want, unit_kind.tolist(), strict=True):
         kind[group[u]] = k
     assert group_kinds(order, group, n_groups, unit_kind).tolist() == kind.tolist()
+
+
+def test_a_power_log_of_gpus_the_trace_has_no_work_on_is_left_out() -> None:
+    from attribution.sim import simulate
+
+    # nvidia-smi logs every GPU, the profiler one process's: GPU 1's readings used to make a
+    # whole GPU of idle energy (host_stall, ranked first) and double the totals
+    res = simulate("varied_mix", "a100", 10.0, seed=0)
+    one = attribute(res.trace)
+    cols = res.trace.power.columns()
+    cols["device"] = np.ones(len(res.trace.power), cols["device"].dtype)
+    both = dataclasses.replace(res.trace, power=type(res.trace.power).concat(
+        [res.trace.power, type(res.trace.power).from_columns(cols)]).sorted_by("t_ns"))
+    snap = attribute(both)
+    assert [g.index for g in snap.gpus] == [0]
+    assert {i.gpu for i in snap.idle} == {0}
+    assert snap.totals.energy_j == pytest.approx(one.totals.energy_j, rel=1e-9)
+    assert any("GPU 1: power readings but no kernel" in w for w in snap.warnings)
+    # a power log alone (no work anywhere) is still attributed, all idle
+    alone = dataclasses.replace(both, kernels=type(both.kernels).empty(),
+                                copies=type(both.copies).empty(),
+                                memsets=type(both.memsets).empty())
+    assert {g.index for g in attribute(alone).gpus} == {0, 1}

@@ -746,6 +746,15 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     if len(trace.kernels) == 0:
         warnings.append("the trace has no kernels")
     devs = device_indices(trace)
+    busy_devs = set(np.unique(np.concatenate([b.device for b in (
+        trace.kernels, trace.copies, trace.memsets)])).astype(int).tolist())
+    untraced = [d for d in devs if d not in busy_devs]
+    if busy_devs and untraced:
+        # power readings of a GPU the trace has no work on (nvidia-smi logs every GPU, the
+        # profiler one process's): nothing says what ran there, so it is not this run's
+        warnings.append(f"{_gpu_list(untraced)}: power readings but no kernel, copy or memset "
+                        "in the trace (another process's GPU?): left out")
+        devs = [d for d in devs if d in busy_devs]
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
