@@ -4,6 +4,7 @@ readings none of which can be used (a trace window shorter than the sensor's lag
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -75,3 +76,73 @@ def test_live_with_no_reading_in_its_horizon_idles_at_the_board_value() -> None:
     assert snap.totals.active_idle_w == PRESETS["a100"].active_idle_w
     assert snap.totals.idle_energy_j > 0.0
     assert all(k.dynamic_energy_j == 0.0 and not k.resolvable for k in snap.kernels)
+
+
+def _with_power(trace: Any, power: PowerBatch) -> Any:
+    return dataclasses.replace(trace, power=power)
+
+
+@pytest.mark.parametrize("shift_s", [4.0, -3.0])
+def test_a_power_log_whose_clock_is_seconds_off_is_told_and_flagged(shift_s: float) -> None:
+    # the engine's lag search reaches −20…+60 ms; a log seconds off used to be split as if
+    # aligned, silently (the copies came out 3.5× their truth on a 5 s shift)
+    res = simulate("varied_mix", "a100", 20.0, seed=0)
+    aligned = attribute(res.trace)
+    assert not any("clock" in w for w in aligned.warnings)
+    assert any(k.resolvable for k in aligned.kernels)
+    p = res.trace.power
+    snap = attribute(_with_power(res.trace, p.shifted(int(shift_s * 1e9))))
+    line = [w for w in snap.warnings if "clock" in w]
+    assert len(line) == 1
+    found_s = float(line[0].split("far better ")[1].split(" s off")[0])
+    assert found_s == pytest.approx(shift_s, abs=0.25)  # the sensor's lag and window on top
+    assert not any(k.resolvable for k in snap.kernels)
+    assert all("clock looks" in (k.why or "") for k in snap.kernels)
+
+
+def test_log_shift_finds_the_offset_and_leaves_an_aligned_log_alone() -> None:
+    from attribution.engine.activity import BusyFunction
+    from attribution.engine.clock_shift import NEAR_S, log_shift
+
+    # a load that switches at random between idle and busy every 0.3-3 s
+    rng = np.random.default_rng(3)
+    edges = np.cumsum(rng.uniform(0.3e9, 3e9, 40)).astype(np.int64)
+    s, e = edges[0::2], edges[1::2][: len(edges[0::2])]
+    busy = BusyFunction(s, e, np.zeros(len(s), np.int32), 1, origin_ns=0)
+    t = np.arange(int(1e9), int(edges[-1]), int(100e6), dtype=np.int64)
+    on = np.zeros(len(t))
+    for a, b in zip(s, e, strict=True):
+        on[(t > a) & (t <= b)] = 1.0
+    y = 60.0 + 200.0 * on + rng.normal(0.0, 5.0, len(t))
+    win = (int(s[0]), int(e[-1]))
+    got = log_shift(busy, t, y, win)
+    assert got is not None and abs(got.shift_s) <= NEAR_S and not got.off
+    late = log_shift(busy, t + int(2.5e9), y, win)
+    assert late is not None and late.off and late.shift_s == pytest.approx(2.5, abs=0.1)
+
+
+def test_covered_stretches_and_the_time_of_items_inside_them() -> None:
+    from attribution.engine.power_cover import covered_ns, inside_ns
+
+    # readings every 100 ms from 1 s to 2 s, a hole, then 5 s to 6 s
+    t = np.r_[np.arange(10, 21), np.arange(50, 61)].astype(np.int64) * 100_000_000
+    s, e = covered_ns(t, (0, 10 * 10**9))
+    assert (e - s).sum() == 2 * 10**9  # the hole (2 s to 5 s) is not covered
+    got = inside_ns((s, e), np.array([0, 15, 19, 45], np.int64) * 100_000_000,
+                    np.array([5, 25, 55, 100], np.int64) * 100_000_000)
+    assert got.tolist() == [0.0, 5e8, 6e8, 1e9]
+
+
+def test_a_power_log_covering_part_of_the_trace_says_so_and_flags_what_ran_outside() -> None:
+    res = simulate("varied_mix", "a100", 20.0, seed=0)
+    p = res.trace.power
+    cut = int(p.t_ns.min() + 0.3 * (p.t_ns.max() - p.t_ns.min()))
+    snap = attribute(_with_power(res.trace, p.take(p.t_ns <= cut)))
+    line = [w for w in snap.warnings if "power log covers" in w]
+    assert len(line) == 1
+    share = int(line[0].split("covers ")[1].split("%")[0])
+    assert 25 <= share <= 35
+    # every kernel class ran all along: about 70 % of each one's time is outside the log
+    assert snap.kernels and all(not k.resolvable and "outside the power log" in (k.why or "")
+                                for k in snap.kernels)
+    assert not any("power log covers" in w for w in attribute(res.trace).warnings)

@@ -34,6 +34,7 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.clamp import clamped_items
+from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import (
     idle_leverage,
@@ -42,6 +43,13 @@ from attribution.engine.idle_place import (
     sanity_band_w,
 )
 from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
+from attribution.engine.power_cover import (
+    CLASS_BELOW,
+    WARN_BELOW,
+    covered_ns,
+    inside_ns,
+    partial_warning,
+)
 from attribution.engine.tail import (
     held_tail_params,
     scan_tail,
@@ -206,6 +214,33 @@ def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns:
     k = np.r_[kinds.astype(np.int64), [TAIL_KIND] * (xh.shape[1] - x.shape[1])]
     return regress.fit(xh, y, board_w, pooled=regress.pooled_by_kind(xh, y, k),
                        idle_weight=HELD_IDLE_READINGS * len(y))
+
+
+def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int],
+                      busy: BusyFunction, *, items: tuple[I64, I64], key: npt.NDArray[np.intp],
+                      n_cls: int, warnings: list[str]) -> list[str | None] | None:
+    """Whether the power log can be trusted for the split: its clock against the trace's
+    (``clock_shift``) and how much of each class's busy time it covers (``power_cover``).
+    Appends the lines to ``warnings``; returns per class why it cannot, or None."""
+    shift = log_shift(busy, t_ns, power_w, win)
+    if shift is not None and shift.off:
+        warnings.append(shift_warning(device, shift))
+        return [f"the power log's clock looks {shift.shift_s:+.1f} s off the trace's"] * n_cls
+    cover = covered_ns(t_ns, win)
+    share = float((cover[1] - cover[0]).sum()) / max(win[1] - win[0], 1)
+    if share >= WARN_BELOW:
+        return None
+    dur = _float_diff(items[1], items[0])
+    inside = inside_ns(cover, *items)
+    total = np.bincount(key, weights=dur, minlength=n_cls)
+    got = np.bincount(key, weights=inside, minlength=n_cls)
+    frac = np.divide(got, total, out=np.ones(n_cls), where=total > 0)
+    why: list[str | None] = [
+        f"{100 * (1 - f):.0f}% of its busy time lies outside the power log" if f < CLASS_BELOW
+        else None for f in frac.tolist()]
+    warnings.append(partial_warning(device, share, (win[1] - win[0]) * 1e-9,
+                                    sum(w is not None for w in why)))
+    return why if any(w is not None for w in why) else None
 
 
 def p_idle_interval(p_idle_w: float, boot_q_w: tuple[float, float], ends_w: Sequence[float],
@@ -491,6 +526,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
+    power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
+                                  key=key, n_cls=n_cls, warnings=warnings
+                                  ) if len(y) and n_groups else None
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
@@ -685,7 +723,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         exposure=exposure, clusters=clusters, has_power=has_power, window_ms=window_ms,
         held_idle=(None if degenerate_w is None else
                    (degenerate_w, prior if prior is not None else p_idle, p_idle)),
-        phase_locked=locked, idle_unplaced=unplaced_reason,
+        phase_locked=locked, idle_unplaced=unplaced_reason, power_why=power_why,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
                       "model; the interval spans the fits with and without them"
                       if preset is not None and preset.consumer_boost else None))

@@ -14,6 +14,8 @@ honestly saying ±8-47 %.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from attribution.model import F64, I32, B
@@ -47,7 +49,8 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
                    exposure: F64, clusters: list[list[int]], has_power: bool, window_ms: float,
                    held_idle: tuple[float, float, float] | None, consumer_why: str | None,
                    computed: B | None = None, phase_locked: float | None = None,
-                   idle_unplaced: str | None = None
+                   idle_unplaced: str | None = None,
+                   power_why: Sequence[str | None] | None = None
                    ) -> tuple[list[bool], list[str | None], list[str]]:
     """Per class: (resolvable, cluster name, why not), the first rule that fails in order.
 
@@ -60,7 +63,9 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     ``phase_locked``: the readings' activity spread ratio when they are phase-locked to the
     workload (``aliasing``; P_idle is then held when the board has a value);
     ``idle_unplaced``: the reason when the readings' windows are busy throughout
-    (``idle_place``; P_idle is then held when the board has a value)."""
+    (``idle_place``; P_idle is then held when the board has a value); ``power_why``: per
+    class, why the power log cannot be trusted for its split (its clock is off, it covers too
+    little of the class's busy time: ``build``), else None."""
     n_cls = len(dyn_j)
     cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
     in_class = g_c_time_s > 0
@@ -81,6 +86,8 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
         r, w, cl = False, "", None
         if not has_power:
             w = "no power readings"
+        elif power_why is not None and power_why[c] is not None:
+            w = str(power_why[c])
         elif window_ms >= LONG_WINDOW_MS:
             w = f"{window_ms:.0f} ms averaging sensor: per-class split unreliable"
         elif phase_locked is not None:
