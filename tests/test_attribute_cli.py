@@ -116,6 +116,16 @@ def test_help_answers(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--power-tz" in capsys.readouterr().out
 
 
+def test_no_command_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    got = capsys.readouterr()
+    assert "attribute" in got.out  # the usage, as before
+    assert got.err.strip().splitlines() == [
+        "ppwtop: error: a command is required (see 'ppwtop --help')"]
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_device_name_from_the_power_log(tmp_path: Path) -> None:
     from attribution.model import DeviceInfo, Trace
     from ppwtop.cli.attribute import fill_device_names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from html.parser import HTMLParser
@@ -250,3 +251,18 @@ def test_bad_suffix_and_bad_input_are_one_line_errors(
         main(["report", "--help"])
     assert exc.value.code == 0
     assert "--baseline" in capsys.readouterr().out
+
+
+def test_closure_is_not_called_perfect_when_nothing_was_measured(tmp_path: Path) -> None:
+    measured = make_snapshot()
+    unmeasured = dataclasses.replace(measured, totals=dataclasses.replace(
+        measured.totals, measured_energy_j=0.0, closure_error=0.0))
+    for snap, said in ((measured, "closure error vs measured energy: -1.0 %"),
+                       (unmeasured, "not measured (no energy counter in the inputs)")):
+        src = write(tmp_path / "s.json", snap)
+        for suffix in (".md", ".html"):
+            out = tmp_path / f"r{suffix}"
+            assert main(["report", str(src), "-o", str(out)]) == 0
+            text = out.read_text()
+            assert said in text
+            assert ("vs measured energy" in text) == (snap is measured)

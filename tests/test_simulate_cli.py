@@ -97,6 +97,9 @@ def test_truth_json_loads(out: Path) -> None:
     ["--seconds", "0", "--out", "x"],
     ["--seconds", "99999", "--out", "x"],
     ["--seconds", "abc", "--out", "x"],
+    ["--seconds", "inf", "--out", "x"],
+    ["--seed", "-1", "--out", "x"],
+    ["--workload-seed", "1.5", "--out", "x"],
     [],
 ])
 def test_bad_args_are_one_line_errors(argv: list[str], tmp_path: Path,

@@ -457,6 +457,30 @@ def test_demo_feed_replays_in_wall_clock_time(demo_feed_parts: tuple[object, Fak
     assert "demo" in feed.label
 
 
+def test_the_tui_commands_refuse_to_draw_into_a_pipe(tmp_path: Path) -> None:
+    """Redirected, the TUI used to write escape codes into the file and wait for keys
+    forever; now each TUI command says what to use instead, once its arguments are checked."""
+    snap = tmp_path / "s.json"
+    made = subprocess.run([sys.executable, "-m", "ppwtop", "demo", "--headless", "--seconds",
+                           "2", "--export", str(snap)], capture_output=True, check=False)
+    assert made.returncode == 0
+    for argv, instead in ((["show", str(snap)], "ppwtop report"),
+                          (["compare", str(snap), str(snap)], "ppwtop diff"),
+                          (["demo", "--seconds", "2"], "--headless"),
+                          (["run", "--backend", "sim", "--", sys.executable, "-c", "0"],
+                           "--headless --record")):
+        r = subprocess.run([sys.executable, "-m", "ppwtop", *argv], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+        assert r.returncode == 2, argv
+        assert r.stderr.count("\n") == 1 and "needs a terminal" in r.stderr
+        assert instead in r.stderr and r.stdout == ""
+    # a bad argument is still told first
+    r = subprocess.run([sys.executable, "-m", "ppwtop", "show", str(tmp_path / "none.json")],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                       check=False)
+    assert r.returncode == 2 and "none.json" in r.stderr
+
+
 def test_demo_headless_exports_snapshot(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     from ppwtop.cli.main import main
@@ -473,6 +497,13 @@ def test_demo_headless_exports_snapshot(tmp_path: Path,
     assert "top kernels" in text and top.name in text and "idle causes" in text
     assert main(["demo", "--headless", "--scenario", "nope"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
+    # the demo simulates its whole run up front: a huge or endless one is refused, not tried
+    for bad in ("inf", "1e9", "20000", "nan"):
+        assert main(["demo", "--headless", "--seconds", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ppwtop: error:") and "--seconds" in err[0]
+    assert main(["demo", "--headless", "--seed", "-3"]) == 2
+    assert "--seed" in capsys.readouterr().err
 
 
 async def test_app_on_demo_feed() -> None:

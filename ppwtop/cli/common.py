@@ -4,6 +4,7 @@ small argument types."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 from ppwtop.errors import PpwtopError
@@ -24,6 +25,11 @@ def parser(command: str, description: str) -> Parser:
     return Parser(prog=f"ppwtop {command}", description=description)
 
 
+MAX_SIM_SECONDS = 900.0
+"""The longest simulated run ``simulate`` and ``demo`` take (~1.7 M kernels: the Kineto
+file is then ~70 MB, and the demo simulates its whole run up front)."""
+
+
 def positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -31,6 +37,19 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite: {text!r}")
+    return v
+
+
+def seed_int(text: str) -> int:
+    """A simulator seed: a whole number ≥ 0 (numpy's generators take no negative seed)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0: {text!r}")
     return v
 
 

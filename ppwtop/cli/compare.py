@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ppwtop.cli.common import parser
 from ppwtop.snapshot_io import read_snapshot as load_snapshot
+from ppwtop.terminal import need_terminal
 
 
 def main(argv: list[str]) -> int:
@@ -15,6 +16,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     a = load_snapshot(args.baseline)
     b = load_snapshot(args.candidate)
+    need_terminal("compare", "for a verdict without one, use 'ppwtop diff A B'")
     from ppwtop.tui.app import PpwtopApp
     from ppwtop.tui.feed import StaticFeed
 

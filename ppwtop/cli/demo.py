@@ -11,8 +11,9 @@ from pathlib import Path
 import orjson
 
 from attribution.snapshot import Snapshot, rows_by_energy
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
 from ppwtop.errors import InputError, PpwtopError
+from ppwtop.terminal import need_terminal
 
 GPUS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
 
@@ -48,8 +49,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--gpu", default="h100", choices=GPUS, metavar="MODEL",
                     help=f"GPU preset: {', '.join(GPUS)} (default: h100)")
     ap.add_argument("--seconds", type=positive_float, default=60.0,
-                    help="simulated seconds (default: 60)")
-    ap.add_argument("--seed", type=int, default=0, help="simulator seed (default: 0)")
+                    help=f"simulated seconds (1 to {MAX_SIM_SECONDS:g}, default: 60)")
+    ap.add_argument("--seed", type=seed_int, default=0, help="simulator seed (default: 0)")
     ap.add_argument("--headless", action="store_true",
                     help="no screen: run the S seconds at once, print a summary")
     ap.add_argument("--export", type=Path, default=None,
@@ -60,8 +61,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--export-dir", type=Path, default=None,
                     help="where 'e' in the TUI writes snapshots (default: current directory)")
     args = ap.parse_args(argv)
-    if args.seconds < 1.0:
-        raise PpwtopError("--seconds must be at least 1")
+    if not 1.0 <= args.seconds <= MAX_SIM_SECONDS:
+        raise PpwtopError(f"--seconds must be between 1 and {MAX_SIM_SECONDS:g}, "
+                          f"got {args.seconds:g}")
     from ppwtop.demo_feed import DemoFeed
 
     feed = DemoFeed(args.scenario, args.gpu, args.seconds, seed=args.seed)
@@ -82,6 +84,7 @@ def main(argv: list[str]) -> int:
         return 0
     if args.export is not None:
         raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
+    need_terminal("demo", "use --headless")
     from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 

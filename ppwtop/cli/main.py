@@ -48,9 +48,12 @@ def _usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if not args or args[0] in ("-h", "--help"):
+        if not args:  # the usage on stdout, and the one error line the contract promises
             print(_usage())
-            return 0 if args else 2
+            raise PpwtopError("a command is required (see 'ppwtop --help')")
+        if args[0] in ("-h", "--help"):
+            print(_usage())
+            return 0
         if args[0] == "--version":
             print(f"ppwtop {__version__}")
             return 0

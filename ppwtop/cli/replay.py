@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ppwtop.cli.common import UsageError, parser, positive_float
 from ppwtop.errors import PpwtopError
+from ppwtop.terminal import need_terminal
 
 
 def main(argv: list[str]) -> int:
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
             write_snapshot(snap, args.export)
         print(summary(snap).replace("ppwtop demo:", f"ppwtop replay {args.file.name}:", 1))
         return 0
+    need_terminal("replay", "use --headless")
     from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 

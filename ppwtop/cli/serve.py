@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import parser, positive_float, seed_int
 from ppwtop.errors import PpwtopError
 
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
                         "attribution preset, default from the device name)")
     p.add_argument("--scenario", default=None,
                    help="simulator scenario for --demo or --backend sim (default demo)")
-    p.add_argument("--seed", type=int, default=0, help="simulator seed")
+    p.add_argument("--seed", type=seed_int, default=0, help="simulator seed")
     p.add_argument("--interval", type=positive_float, default=5.0, metavar="S",
                    help="seconds between attributions, i.e. the length of each attributed "
                         "window (default 5; under 2 s the per-window estimates get noisy)")

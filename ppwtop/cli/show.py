@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ppwtop.cli.common import parser
 from ppwtop.snapshot_io import read_snapshot
+from ppwtop.terminal import need_terminal
 
 
 def main(argv: list[str]) -> int:
@@ -15,6 +16,7 @@ def main(argv: list[str]) -> int:
                     help="where 'e' writes snapshots (default: the current directory)")
     args = ap.parse_args(argv)
     snap = read_snapshot(args.snapshot)
+    need_terminal("show", "for a file, use 'ppwtop report SNAPSHOT -o FILE.md'")
     from ppwtop.tui.app import PpwtopApp
     from ppwtop.tui.feed import StaticFeed
 

@@ -8,10 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
 from ppwtop.errors import InputError, PpwtopError
-
-MAX_SECONDS = 900.0  # ~1.7 M kernels: the Kineto file is then ~70 MB
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"GPU preset: {', '.join(PRESETS)} (default: the scenario's own)")
     p.add_argument("--seconds", type=positive_float, default=30.0,
                    help="simulated wall time in seconds (1 to 900, default 30)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_int, default=0,
                    help="seed of this run's realisation and sensor noise (default 0)")
-    p.add_argument("--workload-seed", type=int, default=None, metavar="N",
+    p.add_argument("--workload-seed", type=seed_int, default=None, metavar="N",
                    help="seed of the workload definition (phases, mix); default: the "
                         "scenario's fixed workload, so other --seed values re-run the same job")
     p.add_argument("--out", required=True, type=Path, help="output directory")
@@ -45,8 +43,9 @@ def main(argv: list[str]) -> int:
         raise PpwtopError(f"unknown scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
     if args.gpu is not None and args.gpu.strip().lower() not in PRESETS:
         raise PpwtopError(f"unknown GPU model {args.gpu!r} (known: {', '.join(PRESETS)})")
-    if not 1.0 <= args.seconds <= MAX_SECONDS:
-        raise PpwtopError(f"--seconds must be between 1 and {MAX_SECONDS:g}, got {args.seconds:g}")
+    if not 1.0 <= args.seconds <= MAX_SIM_SECONDS:
+        raise PpwtopError(f"--seconds must be between 1 and {MAX_SIM_SECONDS:g}, "
+                          f"got {args.seconds:g}")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory")

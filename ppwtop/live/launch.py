@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ppwtop.errors import PpwtopError
+from ppwtop.terminal import need_terminal
 
 BACKENDS = ("cupti", "sim")
 ATTACH_CONNECT_TIMEOUT_S = 60.0
@@ -78,6 +79,8 @@ def attach_process(pid: int, *, record: Path | None, headless: bool, seconds: fl
     if record is not None:
         check_record_path(record)
     info = inspect_target(pid)
+    if not headless:
+        need_terminal("attach", "use --headless --record FILE")
     with Listener() as listener:
         if info.uid != os.geteuid() and os.geteuid() == 0:  # let the target connect
             os.chown(os.path.dirname(listener.path), info.uid, -1)
@@ -105,6 +108,8 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
     if record is not None:
         check_record_path(record)
     sim = sim_config(backend, scenario, gpu, seconds, seed)
+    if not headless:
+        need_terminal(verb, "use --headless --record FILE")
     extra = sim.env() if sim is not None else {}
     from ppwtop.agent.bootstrap import child_env, find_libcupti
     from ppwtop.live import serve_session

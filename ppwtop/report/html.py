@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ppwtop.report.markdown import NOT_RESOLVABLE, num, pct, signed_pct
+from ppwtop.report.markdown import NOT_RESOLVABLE, closure_line, num, pct, signed_pct
 from ppwtop.report.model import Report
 
 CSS = """
@@ -72,7 +72,7 @@ def render_html(r: Report) -> str:
         f"<title>{e(r.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(r.title)}</h1>",
         f"<p>Window: {r.duration_s:.3f} s on {e(', '.join(r.gpus) or 'no GPU listed')}. "
-        f"Attribution closure error vs measured energy: {pct(r.closure_error)}.</p>",
+        f"{e(closure_line(r.closure_error))}</p>",
     ]
     parts += [f'<div class="warn">warning: {e(w)}</div>' for w in r.warnings]
 

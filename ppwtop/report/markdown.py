@@ -31,6 +31,14 @@ def pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.1f} %"
 
 
+def closure_line(closure_error: float | None) -> str:
+    """The header's sentence on the partition against the energy counter."""
+    if closure_error is None:
+        return ("Attribution closure against a measured energy counter: not measured (no "
+                "energy counter in the inputs).")
+    return f"Attribution closure error vs measured energy: {pct(closure_error)}."
+
+
 def signed_pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:+.1f} %"
 
@@ -59,7 +67,7 @@ def render_markdown(r: Report) -> str:
     lines: list[str] = [f"# {esc(r.title)}", ""]
     lines.append(f"Window: {r.duration_s:.3f} s on " + (", ".join(esc(g) for g in r.gpus)
                                                         or "no GPU listed") + ".")
-    lines.append(f"Attribution closure error vs measured energy: {pct(r.closure_error)}.")
+    lines.append(closure_line(r.closure_error))
     lines.append("")
     for w in r.warnings:
         lines.append(f"> **warning:** {esc(w)}")

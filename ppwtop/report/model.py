@@ -116,7 +116,9 @@ class Report:
     verdict: DiffResult | None
     power: tuple[PowerSeries, ...]
     warnings: tuple[str, ...]
-    closure_error: float
+    closure_error: float | None
+    """Against the energy counter; None where the inputs held none (an nvidia-smi CSV, no
+    power): the snapshot then carries 0.0, which is not a perfect match."""
 
 
 def build_report(snap: Snapshot, baseline: Snapshot | None = None,
@@ -138,7 +140,8 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         verdict=verdict,
         power=power_series(snap),
         warnings=tuple(snap.warnings) + _unresolvable_warning(snap),
-        closure_error=snap.totals.closure_error,
+        closure_error=(snap.totals.closure_error if snap.totals.measured_energy_j > 0
+                       else None),
     )
 
 
