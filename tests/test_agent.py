@@ -3,7 +3,9 @@ read (whole buffers dropped and counted), and mark_step with and without an agen
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,34 @@ def test_mark_step_without_an_agent_is_a_no_op() -> None:
     assert agent_api.running() is None
     agent_api.mark_step(items=3)  # must not raise
     agent_api.stop()
+
+
+def test_a_child_outside_ppwtops_environment_finds_its_dependencies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ppwtop run -- /usr/bin/python3 ...`: the target's interpreter had neither numpy nor
+    cupti-python, so the agent recorded no kernel (and the run looked fine).  The child's
+    environment names ppwtop's site-packages; the agent appends them only when an import
+    fails, after the target's own."""
+    import sys
+
+    from ppwtop.agent.bootstrap import ENV_DEPS, child_env, import_with_deps
+
+    deps = tmp_path / "site"
+    deps.mkdir()
+    (deps / "ppw_probe_dep.py").write_text("VALUE = 7\n")
+    (tmp_path / "ppw_probe_user.py").write_text(
+        "import ppw_probe_dep\nVALUE = ppw_probe_dep.VALUE\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # restored after the test
+    monkeypatch.delenv(ENV_DEPS, raising=False)
+    with pytest.raises(ModuleNotFoundError):
+        import_with_deps("ppw_probe_user")
+    sys.modules.pop("ppw_probe_user", None)
+    monkeypatch.setenv(ENV_DEPS, str(deps))
+    mod = import_with_deps("ppw_probe_user")
+    assert mod.VALUE == 7
+    assert sys.path[-1] == str(deps)  # appended: the target's own packages come first
+    env = child_env("/tmp/x.sock", "sim", base={})
+    assert all(Path(p).is_dir() for p in env[ENV_DEPS].split(os.pathsep))
+    for name in ("ppw_probe_user", "ppw_probe_dep"):
+        sys.modules.pop(name, None)

@@ -18,9 +18,14 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 ENV_SOCKET = "PPWTOP_SOCKET"
 ENV_BACKEND = "PPWTOP_BACKEND"
+ENV_DEPS = "PPWTOP_DEPS_PATH"
+"""Where ppwtop's own dependencies (numpy, cupti-python) live, for a child whose interpreter
+lacks them: the agent appends these to ``sys.path`` only when an import fails
+(:func:`import_with_deps`), so the target's own packages keep precedence."""
 SITE_DIR = Path(__file__).resolve().parent / "_site"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -35,10 +40,43 @@ def child_env(socket_path: str, backend: str, base: Mapping[str, str] | None = N
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env[ENV_SOCKET] = socket_path
     env[ENV_BACKEND] = backend
+    env[ENV_DEPS] = os.pathsep.join(_deps_path())
     if backend == "cupti" and libcupti:
         env.setdefault("NVTX_INJECTION64_PATH", libcupti)
     env.update(extra or {})
     return env
+
+
+def _deps_path() -> list[str]:
+    """This interpreter's site-packages (ppwtop's dependencies)."""
+    import site
+
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+
+
+def import_with_deps(name: str) -> ModuleType:
+    """``importlib.import_module(name)``; where a module it needs is missing, with the
+    ``PPWTOP_DEPS_PATH`` entries appended to ``sys.path`` and one more try (a child started
+    by ``ppwtop run`` under an interpreter outside ppwtop's environment).  A dependency built
+    for another Python version still fails there: the error then names what is missing."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        extra = [p for p in os.environ.get(ENV_DEPS, "").split(os.pathsep)
+                 if p and p not in sys.path]
+        if not extra:
+            raise
+        sys.path.extend(extra)
+        try:
+            return importlib.import_module(name)
+        except ImportError as e2:
+            raise ImportError(f"this interpreter ({sys.executable}, Python "
+                              f"{sys.version_info[0]}.{sys.version_info[1]}) cannot import "
+                              f"{e.name or name} even from ppwtop's environment: {e2}; run "
+                              "the command with ppwtop's Python or install ppwtop there"
+                              ) from None
 
 
 def find_libcupti() -> str | None:

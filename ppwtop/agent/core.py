@@ -122,11 +122,12 @@ class Agent:
 
     def _open_collector(self) -> None:
         try:
-            from ppwtop.collectors.cupti_raw import RawCollector
+            from ppwtop.agent.bootstrap import import_with_deps
 
+            raw = import_with_deps("ppwtop.collectors.cupti_raw")  # numpy, cupti
             if self.lib is None:
                 self.lib = self._load_lib()
-            self.collector = RawCollector(self.lib, self._sink)
+            self.collector = raw.RawCollector(self.lib, self._sink)
         except Exception as e:
             self.collector = None
             self.cupti_status = "unavailable"
