@@ -20,7 +20,8 @@ Method (docs/diff.md says it for users):
 * verdict: regression when the whole interval is above ``+noise_floor x baseline``, improvement
   when it is below ``-noise_floor x baseline``, neutral when it lies inside ``+-noise_floor``
   (or straddles zero and is no wider than the band), else inconclusive.  A comparability below
-  0.5 makes it inconclusive whatever the interval says.
+  0.5 makes it inconclusive whatever the interval says, and so do two snapshots without energy
+  (no power readings on either side: 0 against 0 says nothing).
 
 Pure: numpy only, no I/O, deterministic for a given ``seed``.
 """
@@ -133,7 +134,12 @@ def diff(
     comparability = min(1.0, max(0.0, comparability))
     reasons.extend(comp_reasons)
 
-    verdict = _verdict(base_v, ci, noise_floor, comparability, reasons)
+    if base_v == 0.0 and cand_v == 0.0:  # no power on either side: energies are all 0
+        reasons.append("no energy on either side (no power readings): nothing to compare, "
+                       "verdict is inconclusive")
+        verdict = "inconclusive"
+    else:
+        verdict = _verdict(base_v, ci, noise_floor, comparability, reasons)
     rel: float | None = None
     rel_ci: tuple[float, float] | None = None
     if base_v != 0:

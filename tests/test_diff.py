@@ -217,6 +217,15 @@ def test_per_second_metric_when_no_steps() -> None:
     assert diff(base, with_steps).metric == "energy_per_s"
 
 
+def test_two_runs_without_power_are_inconclusive_not_neutral() -> None:
+    # no power readings: every energy is 0 on both sides, which says nothing about either
+    base = make_snapshot(None, {"k1": 0.0, "k2": 0.0}, duration_s=10.0)
+    cand = make_snapshot(None, {"k1": 0.0, "k2": 0.0}, duration_s=12.0)
+    r = diff(base, cand)
+    assert r.verdict == "inconclusive"
+    assert any("no energy on either side" in why for why in r.reasons)
+
+
 def test_per_second_small_change_is_not_a_regression() -> None:
     base = make_snapshot(None, {"k1": 1000.0}, duration_s=10.0)
     cand = make_snapshot(None, {"k1": 1005.0}, duration_s=10.0)  # +0.5 %: within noise
