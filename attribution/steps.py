@@ -2,8 +2,9 @@
 
 Owns the choice of step spans and the :class:`~attribution.snapshot.Steps` statistics:
 
-* ``step_range`` given: NVTX / user-annotation ranges whose name matches it (exact name or
-  fnmatch glob; Kineto's GPU-side projection is used only when the host ranges are absent);
+* ``step_range`` given: NVTX / user-annotation (or ``ProfilerStep#N``) ranges whose name
+  matches it (exact name or fnmatch glob; Kineto's GPU-side projection is used only when the
+  host ranges are absent);
 * else the agent's ``mark_step`` marks (``MarkerKind.STEP_MARK``): a mark with a duration is
   one step; instant marks (start == end) close a step each, which runs from the previous
   mark (the first instant mark only opens); ``items`` is the work-unit count of the step;
@@ -34,7 +35,10 @@ from attribution.snapshot import FloatSeries, Quantiles, Steps
 if TYPE_CHECKING:
     from attribution.engine.build import Arrays
 
-_HOST_RANGES = (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION))
+_HOST_RANGES = (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION),
+                int(MarkerKind.PROFILER_STEP))
+"""Host ranges ``--step-range`` matches; the Kineto importer keeps ``ProfilerStep#N`` apart (its
+own kind), so ``--step-range 'ProfilerStep*'`` used to miss them and warn."""
 
 
 def _named(trace: Trace, pattern: str, kinds: tuple[int, ...]) -> np.ndarray:

@@ -90,6 +90,11 @@ def test_step_range_by_name_and_glob(run: tuple[Trace, Any]) -> None:
     st = step_stats(tr, arrays, step_range="no_such_range", warnings=warnings)
     assert st is not None and st.source == "ProfilerStep"
     assert len(warnings) == 1 and "no_such_range" in warnings[0]
+    # the profiler's own steps are ranges too (the importer keeps them a kind apart)
+    warnings.clear()
+    st = step_stats(tr, arrays, step_range="ProfilerStep*", warnings=warnings)
+    assert st is not None and st.count == len(ps) and st.source == "range:ProfilerStep*"
+    assert warnings == []
 
 
 def test_sla_compliance_and_items_per_joule_within_it(run: tuple[Trace, Any]) -> None:
