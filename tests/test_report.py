@@ -229,6 +229,11 @@ def test_bad_suffix_and_bad_input_are_one_line_errors(
     err = capsys.readouterr().err
     assert err.startswith("ppwtop: error:") and err.count("\n") == 1 and ".pdf" in err
     assert not (tmp_path / "r.pdf").exists()
+    (tmp_path / "adir.md").mkdir()  # a folder, whatever its name says
+    for folder in (tmp_path, tmp_path / "adir.md"):
+        assert main(["report", str(snap), "-o", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a directory" in err
 
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -89,11 +89,9 @@ def print_human(r: DiffResult, out: TextIO) -> None:
     if shown:
         per = "per step" if r.metric == "energy_per_step_j" else "per second"
         out.write(f"top mechanisms (delta J {per}, share of delta):\n")
-        width = max(len(m.mechanism) for m in shown)
-        for m in shown:
-            owner = f"  {m.owner}" if m.owner is not None else ""
-            out.write(f"  {m.mechanism.ljust(width)}  {m.delta_j:+10.4g}  "
-                      f"{m.share_of_delta:+7.1%}{owner}\n")
+        for m in shown:  # numbers first: a kernel's name runs to hundreds of characters
+            owner = f"  (owner: {m.owner})" if m.owner is not None else ""
+            out.write(f"  {m.delta_j:+10.4g}  {m.share_of_delta:+7.1%}  {m.mechanism}{owner}\n")
     if r.reasons:
         out.write("why:\n")
         for why in r.reasons:

@@ -20,8 +20,11 @@ def load_snapshot(path: str | Path) -> Snapshot:
     """Read a ``ppwtop.snapshot/1`` file (.json or .json.gz) with the project's reader."""
     return read_snapshot(path)
 
+
 def report_format(out: str | Path) -> str:
     """'markdown' or 'html' from the output file's suffix; PpwtopError otherwise."""
+    if Path(out).is_dir():
+        raise PpwtopError(f"{out}: is a directory (use -o DIR/FILE.md or -o DIR/FILE.html)")
     suffix = Path(out).suffix.lower()
     fmt = FORMATS.get(suffix)
     if fmt is None:
