@@ -216,17 +216,34 @@ def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns:
                        idle_weight=HELD_IDLE_READINGS * len(y))
 
 
+def untraced_warning(devices: list[int]) -> str:
+    """The line for GPUs with power readings but no work in the trace (both engines)."""
+    return (f"{_gpu_list(devices)}: power readings but no kernel, copy or memset in the trace "
+            "(another process's GPU?): left out")
+
+
+def _log_rows_ns(trace: Trace, device: int) -> I64:
+    """Times of the power log's rows for ``device`` (a log with no device column: all)."""
+    p = trace.power
+    on = p.device == device
+    if not bool(on.any()):
+        on = p.device < 0
+    return np.asarray(p.t_ns[on], np.int64)
+
+
 def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int],
-                      busy: BusyFunction, *, items: tuple[I64, I64], key: npt.NDArray[np.intp],
-                      n_cls: int, warnings: list[str]) -> list[str | None] | None:
+                      busy: BusyFunction, *, items: tuple[I64, I64], polls_ns: I64,
+                      key: npt.NDArray[np.intp], n_cls: int, warnings: list[str]
+                      ) -> list[str | None] | None:
     """Whether the power log can be trusted for the split: its clock against the trace's
-    (``clock_shift``) and how much of each class's busy time it covers (``power_cover``).
+    (``clock_shift``, on the readings ``t_ns``, ``power_w``) and how much of each class's busy
+    time it covers (``power_cover``, on every row ``polls_ns`` the log has on the device).
     Appends the lines to ``warnings``; returns per class why it cannot, or None."""
     shift = log_shift(busy, t_ns, power_w, win)
     if shift is not None and shift.off:
         warnings.append(shift_warning(device, shift))
         return [f"the power log's clock looks {shift.shift_s:+.1f} s off the trace's"] * n_cls
-    cover = covered_ns(t_ns, win)
+    cover = covered_ns(polls_ns, win)
     share = float((cover[1] - cover[0]).sum()) / max(win[1] - win[0], 1)
     if share >= WARN_BELOW:
         return None
@@ -526,7 +543,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     elif len(y) < 8:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
                         "window; the fit rests on the priors")
+    # the log's every row on this device, fresh or not, says when it ran (a change-of-value
+    # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
     power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
+                                  polls_ns=_log_rows_ns(trace, device),
                                   key=key, n_cls=n_cls, warnings=warnings
                                   ) if len(y) and n_groups else None
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
@@ -790,8 +810,7 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     if busy_devs and untraced:
         # power readings of a GPU the trace has no work on (nvidia-smi logs every GPU, the
         # profiler one process's): nothing says what ran there, so it is not this run's
-        warnings.append(f"{_gpu_list(untraced)}: power readings but no kernel, copy or memset "
-                        "in the trace (another process's GPU?): left out")
+        warnings.append(untraced_warning(untraced))
         devs = [d for d in devs if d in busy_devs]
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
