@@ -3,6 +3,7 @@ contract's conventions, bounded state, and the feed wiring."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -610,3 +611,40 @@ def test_a_consumer_boards_refit_reads_a_long_span_and_lands_in_time() -> None:
     assert abs(p_idle - 1) < 0.07 and split < 0.05
     assert snap.gpus[0].sensor.lag_ms < 5.0
     assert eng.dev[0].fit_span_ns == int(live.CONSUMER_FIT_SPAN_S * 1e9) > eng.fit_span_ns
+
+
+def test_a_gpu_with_readings_but_no_work_is_left_out_as_in_the_batch_engine() -> None:
+    """NVML samples every GPU, the agent sees one process's work.  A GPU with readings and
+    no work used to keep the engine from ever reducing (it waited for that GPU's fit): no
+    snapshot at all.  It is left out now, and one whose work starts late joins then."""
+    import warnings
+
+    res = simulate("varied_mix", "a100", 30.0, seed=0)
+    tr = res.trace
+
+    def on_gpu1_too(batch: Any, from_ns: int | None = None) -> Any:
+        cols = batch.columns()
+        cols["device"] = np.ones(len(batch), cols["device"].dtype)
+        extra = type(batch).from_columns(cols)
+        if from_ns is not None:
+            extra = extra.take(extra.start_ns >= from_ns)
+        return type(batch).concat([batch, extra])
+
+    alone = drive(tr, LiveEngine(devices=tr.devices, horizon_s=10.0))
+    idle1 = dataclasses.replace(tr, power=on_gpu1_too(tr.power).sorted_by("t_ns"))
+    snap = drive(idle1, LiveEngine(devices=tr.devices, horizon_s=10.0))
+    assert alone is not None and snap is not None
+    assert [g.index for g in snap.gpus] == [0]
+    assert {i.gpu for i in snap.idle} <= {0}
+    assert snap.totals.energy_j == alone.totals.energy_j  # GPU 0's answer is untouched
+    assert any("GPU 1: power readings but no kernel" in w for w in snap.warnings)
+    mid = int(tr.kernels.start_ns.min() + 0.5 * (tr.kernels.start_ns.max()
+                                                 - tr.kernels.start_ns.min()))
+    late = dataclasses.replace(idle1, kernels=on_gpu1_too(tr.kernels, mid).sorted_by())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fit on no readings
+        snap = drive(late, LiveEngine(devices=tr.devices, horizon_s=10.0))
+    assert snap is not None and [g.index for g in snap.gpus] == [0, 1]
+    assert not any("GPU 1: power readings but no kernel" in w for w in snap.warnings)
+    by_gpu = {g: sum(k.energy_j for k in snap.kernels if k.gpu == g) for g in (0, 1)}
+    assert by_gpu[1] == pytest.approx(by_gpu[0], rel=0.1)  # the same work, the same readings

@@ -34,13 +34,14 @@ Approximations versus the batch engine on the same horizon are listed in docs/at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.aliasing import phase_locked
-from attribution.engine.build import BLOCK_S, _fit_window
+from attribution.engine.build import BLOCK_S, _fit_window, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
@@ -154,6 +155,12 @@ class DeviceState:
         self.fit_due: tuple[int, int, I64, F64] | None = None
         self.ahead = False  # the next update's search or redo step is done already
         self.spread = 1.0  # the readings' activity spread ratio at the last search (aliasing)
+        # a kernel, copy or memset seen on this GPU: NVML samples every GPU, the agent sees one
+        # process's work; a GPU without any is not fitted, reduced or shown
+        self.has_work = False
+        # a GPU whose work began after the engine's first reductions: when its first records
+        # came (its first fit waits min_fit from there, not from the engine's start)
+        self.late_work_ns: int | None = None
 
     def unit_ids(self, it: Items) -> I64:
         """Each item's unit (class, or its class's clamped unit) in the class table."""
@@ -239,6 +246,13 @@ class LiveEngine:
                                          delta.memsets.device, delta.power.device]))
         for d in devs[devs >= 0].tolist():
             self._state(int(d))
+        for batch in (delta.kernels, delta.copies, delta.memsets):
+            for d in np.unique(batch.device).tolist():
+                st0 = self.dev.get(int(d))
+                if st0 is not None and not st0.has_work:
+                    st0.has_work = True
+                    if self.done_ns is not None and self.done_ns > (self.start_ns or 0):
+                        st0.late_work_ns = now_ns
         for st in self.dev.values():
             st.add_readings(delta)
         items = Trace(strings=delta.strings, kernels=delta.kernels, copies=delta.copies,
@@ -262,16 +276,20 @@ class LiveEngine:
                 if st.redo.complete:
                     redo_finish(st, self.chunks, self.now_ns)
                 continue
-            due = st.field is not None and not np.isnan(st.window_ms) and (
-                (not st.fitted and upto - self.start_ns >= self.min_fit_ns)
+            due = st.field is not None and st.has_work and not np.isnan(st.window_ms) and (
+                (not st.fitted and upto - (st.late_work_ns or self.start_ns) >= self.min_fit_ns)
                 or (st.fitted and now_ns - st.last_fit_ns
                     >= min(self.refit_ns, max(st.last_fit_ns - self.start_ns, self.min_fit_ns))))
             if due:
                 self._fit_lag(st, upto)
-        ready = all(st.fitted or st.field is None for st in self.dev.values())
+        ready = all(st.fitted or st.field is None or not st.has_work for st in self.dev.values())
         while ready and upto > self.done_ns:  # slabs of at most SLAB_MAX_NS (horizon edge)
             b = min(upto, self.done_ns + SLAB_MAX_NS)
             for st in self.dev.values():
+                if st.field is not None and not st.fitted:  # no work yet: keep its readings
+                    keep = st.pend_t >= b - st.fit_span_ns  # for a fit, should work come
+                    st.pend_t, st.pend_w = st.pend_t[keep], st.pend_w[keep]
+                    continue
                 self._reduce(st, self.done_ns, b)
             self.done_ns = b
         self._prune()
@@ -287,7 +305,8 @@ class LiveEngine:
             return
         context_from = self.done_ns - self._margin_ns()  # what the next reductions read
         keep_from = context_from
-        if any(not st.fitted and st.field is not None for st in self.dev.values()):
+        if any(not st.fitted and st.field is not None and st.has_work
+               for st in self.dev.values()):
             keep_from = self.start_ns or keep_from
         else:
             span = max((st.fit_span_ns for st in self.dev.values()), default=self.fit_span_ns)
@@ -488,7 +507,13 @@ class LiveEngine:
         for st in self.dev.values():  # a step that starts before the window is out of it for
             st.steps.expire(win[0])  # good (the window's start only moves on): one slice
         parts: list[DevicePart] = []
+        # as the batch engine: a GPU with readings but no work while another has work is
+        # another process's (NVML samples every GPU), not this run's idle
+        worked = [d for d, st in self.dev.items() if st.has_work]
+        untraced = sorted(d for d in self.dev if d not in worked) if worked else []
         for d in sorted(self.dev):
+            if d in untraced or not self.dev[d].slabs:  # no work, or none reduced yet
+                continue
             st = self.dev[d]
             n = len(st.classes)
             t, y, *xv = st.rows.view()
@@ -507,7 +532,11 @@ class LiveEngine:
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
             parts.append(self._device_part(st, sums, xs, y, hs, first=not parts))
-        return assemble(parts, win)
+        snap = assemble(parts, win)
+        if untraced:
+            snap = dataclasses.replace(snap, warnings=(untraced_warning(untraced),
+                                                       *snap.warnings))
+        return snap
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
                      hs: list[F64] | None = None, *, first: bool = True) -> DevicePart:

@@ -78,7 +78,10 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     class_in_cluster = in_class & clustered[:, None]
     in_cluster: B = (np.asarray(class_in_cluster.any(axis=0), bool) if n_cls
                      else np.zeros(0, bool))
-    first_clustered = class_in_cluster.argmax(axis=0) if n_cls else np.zeros(0, np.intp)
+    # (no group at all: classes known but none ran in the horizon, e.g. a GPU whose work has
+    # just begun, before its first busy slab)
+    first_clustered = (class_in_cluster.argmax(axis=0) if n_cls and len(in_class)
+                       else np.zeros(n_cls, np.intp))
     res: list[bool] = []
     clu: list[str | None] = []
     why: list[str] = []
