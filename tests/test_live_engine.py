@@ -648,3 +648,14 @@ def test_a_gpu_with_readings_but_no_work_is_left_out_as_in_the_batch_engine() ->
     assert not any("GPU 1: power readings but no kernel" in w for w in snap.warnings)
     by_gpu = {g: sum(k.energy_j for k in snap.kernels if k.gpu == g) for g in (0, 1)}
     assert by_gpu[1] == pytest.approx(by_gpu[0], rel=0.1)  # the same work, the same readings
+    # a GPU whose work starts late does not hold the others' reductions while it is fitted
+    # (a 20 ms burst on GPU 1 12 s in held GPU 0's settled line for 5 s)
+    burst = on_gpu1_too(tr.kernels, mid)
+    burst = burst.take((burst.device == 0) | (burst.start_ns < mid + 20_000_000))
+    eng = LiveEngine(devices=tr.devices, horizon_s=10.0)
+    lag_ns = []
+    for now, delta in ticks(dataclasses.replace(idle1, kernels=burst.sorted_by()), TICK_NS):
+        eng.update(delta, now)
+        if eng.done_ns is not None and now - int(tr.kernels.start_ns.min()) > 8e9:
+            lag_ns.append(now - eng.done_ns)
+    assert lag_ns and max(lag_ns) < 2e9  # the settle line keeps up throughout

@@ -158,8 +158,9 @@ class DeviceState:
         # a kernel, copy or memset seen on this GPU: NVML samples every GPU, the agent sees one
         # process's work; a GPU without any is not fitted, reduced or shown
         self.has_work = False
-        # a GPU whose work began after the engine's first reductions: when its first records
-        # came (its first fit waits min_fit from there, not from the engine's start)
+        # a GPU whose work began after the update that started the engine: when its first
+        # records came (its first fit waits min_fit from there, not from the engine's start,
+        # and the other GPUs do not wait for it: it joins the reductions once fitted)
         self.late_work_ns: int | None = None
 
     def unit_ids(self, it: Items) -> I64:
@@ -251,7 +252,7 @@ class LiveEngine:
                 st0 = self.dev.get(int(d))
                 if st0 is not None and not st0.has_work:
                     st0.has_work = True
-                    if self.done_ns is not None and self.done_ns > (self.start_ns or 0):
+                    if self.start_ns is not None:  # set by an earlier update
                         st0.late_work_ns = now_ns
         for st in self.dev.values():
             st.add_readings(delta)
@@ -282,12 +283,13 @@ class LiveEngine:
                     >= min(self.refit_ns, max(st.last_fit_ns - self.start_ns, self.min_fit_ns))))
             if due:
                 self._fit_lag(st, upto)
-        ready = all(st.fitted or st.field is None or not st.has_work for st in self.dev.values())
+        ready = all(st.fitted or st.field is None or not st.has_work
+                    or st.late_work_ns is not None for st in self.dev.values())
         while ready and upto > self.done_ns:  # slabs of at most SLAB_MAX_NS (horizon edge)
             b = min(upto, self.done_ns + SLAB_MAX_NS)
             for st in self.dev.values():
-                if st.field is not None and not st.fitted:  # no work yet: keep its readings
-                    keep = st.pend_t >= b - st.fit_span_ns  # for a fit, should work come
+                if st.field is not None and not st.fitted:  # no work (or late, not fitted
+                    keep = st.pend_t >= b - st.fit_span_ns  # yet): its readings for a fit
                     st.pend_t, st.pend_w = st.pend_t[keep], st.pend_w[keep]
                     continue
                 self._reduce(st, self.done_ns, b)
@@ -306,7 +308,7 @@ class LiveEngine:
         context_from = self.done_ns - self._margin_ns()  # what the next reductions read
         keep_from = context_from
         if any(not st.fitted and st.field is not None and st.has_work
-               for st in self.dev.values()):
+               and st.late_work_ns is None for st in self.dev.values()):
             keep_from = self.start_ns or keep_from
         else:
             span = max((st.fit_span_ns for st in self.dev.values()), default=self.fit_span_ns)
@@ -381,6 +383,8 @@ class LiveEngine:
         unit = st.unit_ids(it)  # as the batch engine: the search runs on clamp-split units
         ct = _fsum(unit, (e - s).astype(np.float64), len(st.classes))
         _, group, n_groups = ranked_groups(ct, st.units.of(st.classes))
+        if not n_groups:  # the span's records all begin after it (work just started)
+            return
         gu = group[unit]
         ran = gu >= 0
         if bool(ran.all()):  # every unit ran in the span (the common case): no copies
