@@ -124,13 +124,17 @@ def test_log_shift_finds_the_offset_and_leaves_an_aligned_log_alone() -> None:
 def test_covered_stretches_and_the_time_of_items_inside_them() -> None:
     from attribution.engine.power_cover import covered_ns, inside_ns
 
-    # readings every 100 ms from 1 s to 2 s, a hole, then 5 s to 6 s
+    # rows every 100 ms from 1 s to 2 s, a hole, then 5 s to 6 s: the loop ran over those
+    # stretches, and one spacing before its first row and after its last
     t = np.r_[np.arange(10, 21), np.arange(50, 61)].astype(np.int64) * 100_000_000
     s, e = covered_ns(t, (0, 10 * 10**9))
-    assert (e - s).sum() == 2 * 10**9  # the hole (2 s to 5 s) is not covered
+    assert (e - s).sum() == 2_200_000_000  # the hole (2 s to 5 s) is not covered
     got = inside_ns((s, e), np.array([0, 15, 19, 45], np.int64) * 100_000_000,
                     np.array([5, 25, 55, 100], np.int64) * 100_000_000)
-    assert got.tolist() == [0.0, 5e8, 6e8, 1e9]
+    assert got.tolist() == [0.0, 5e8, 6e8, 1.1e9]
+    # a one-second poll loop started and stopped with a 4.5 s trace covers all of it
+    s, e = covered_ns(np.array([1, 2, 3, 4], np.int64) * 10**9, (0, 4_500_000_000))
+    assert (e - s).sum() == 4_500_000_000
 
 
 def test_a_power_log_covering_part_of_the_trace_says_so_and_flags_what_ran_outside() -> None:
@@ -146,3 +150,11 @@ def test_a_power_log_covering_part_of_the_trace_says_so_and_flags_what_ran_outsi
     assert snap.kernels and all(not k.resolvable and "outside the power log" in (k.why or "")
                                 for k in snap.kernels)
     assert not any("power log covers" in w for w in attribute(res.trace).warnings)
+    # the field the fit reads is what counts: another field's rows running on do not hide it
+    inst = p.field == int(PowerField.INSTANT)
+    other = p.take(~inst)
+    assert len(other) and bool((other.t_ns > cut).any())
+    mixed = PowerBatch.concat([p.take(inst & (p.t_ns <= cut)), other]).sorted_by("t_ns")
+    snap = attribute(_with_power(res.trace, mixed))
+    assert snap.gpus[0].sensor.field == "instant"
+    assert any("power log covers" in w for w in snap.warnings)

@@ -74,7 +74,7 @@ from attribution.engine.timebase import (
 from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, device_indices, idle_intervals
 from attribution.intsets import counts
-from attribution.model import F64, I32, I64, B, Trace
+from attribution.model import F64, I32, I64, B, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
 
 MAX_GROUPS = 32
@@ -222,12 +222,14 @@ def untraced_warning(devices: list[int]) -> str:
             "(another process's GPU?): left out")
 
 
-def _log_rows_ns(trace: Trace, device: int) -> I64:
-    """Times of the power log's rows for ``device`` (a log with no device column: all)."""
+def _log_rows_ns(trace: Trace, device: int, field: PowerField) -> I64:
+    """Times of the power log's rows of ``field`` (the one the fit reads) for ``device`` (a
+    log with no device column: all its rows of the field)."""
     p = trace.power
-    on = p.device == device
+    of = p.field == int(field)
+    on = of & (p.device == device)
     if not bool(on.any()):
-        on = p.device < 0
+        on = of & (p.device < 0)
     return np.asarray(p.t_ns[on], np.int64)
 
 
@@ -546,9 +548,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # the log's every row on this device, fresh or not, says when it ran (a change-of-value
     # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
     power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
-                                  polls_ns=_log_rows_ns(trace, device),
+                                  polls_ns=_log_rows_ns(trace, device, rd.field),
                                   key=key, n_cls=n_cls, warnings=warnings
-                                  ) if len(y) and n_groups else None
+                                  ) if len(y) and n_groups and rd.field is not None else None
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once

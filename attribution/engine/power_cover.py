@@ -4,10 +4,11 @@ Owns :func:`covered_ns` and the line the snapshot says about a partial log.  A p
 starts after the profiler (nvidia-smi started late), stops early, or pauses leaves part of
 the window unmeasured.  The fit's ΔP and P_idle still price every item there, which is right
 only if the work there draws what it drew inside the log: a class that ran mostly outside
-the log has its energy extrapolated, not measured, and is flagged.  A reading measures the
-time since the one before it (its averaging window and publish period lie inside that), so
-the log covers the stretches between consecutive readings up to ``MAX_GAP_PERIODS`` of its
-usual spacing apart.
+the log has its energy extrapolated, not measured, and is flagged.  What is judged is when
+the log was *running* (its poll loop), not what its sensor's windows saw: the stretches
+between consecutive rows up to ``MAX_GAP_PERIODS`` of its usual spacing apart, and one
+spacing before its first row and after its last (a loop polling every second that starts
+with the trace has its first row a second in).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def covered_ns(t_ns: I64, win: tuple[int, int]) -> tuple[I64, I64]:
     if len(t) < 2 or win[1] <= win[0]:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     gap = np.diff(t)
-    ok = gap <= MAX_GAP_PERIODS * float(np.median(gap))
-    s = np.clip(t[:-1][ok], win[0], win[1])
-    e = np.clip(t[1:][ok], win[0], win[1])
+    spacing = int(np.median(gap))
+    ok = gap <= MAX_GAP_PERIODS * spacing
+    s = np.clip(np.r_[t[0] - spacing, t[:-1][ok], t[-1]], win[0], win[1])
+    e = np.clip(np.r_[t[0], t[1:][ok], t[-1] + spacing], win[0], win[1])
     keep = e > s
     return s[keep].astype(np.int64), e[keep].astype(np.int64)
 
