@@ -60,8 +60,8 @@ def step_spans(trace: Trace, step_range: str | None, warnings: list[str]
             m &= mk.end_ns > mk.start_ns
         if bool(m.any()):
             return _sorted(mk.start_ns[m], mk.end_ns[m], mk.items[m], f"range:{step_range}")
-        warnings.append(f"--step-range {step_range!r}: no NVTX or user-annotation range of that "
-                        "name; steps fall back to mark_step / ProfilerStep#N")
+        warnings.append(f"--step-range {step_range!r}: no NVTX, user-annotation or ProfilerStep "
+                        "range of that name; steps fall back to mark_step / ProfilerStep#N")
     sm = mk.kind == int(MarkerKind.STEP_MARK)
     if bool(sm.any()):
         s, e, it = mk.start_ns[sm], mk.end_ns[sm], mk.items[sm]

@@ -17,5 +17,5 @@ def need_terminal(command: str, instead: str) -> None:
     """Raise the one-line error, naming what to use ``instead``, where stdin and stdout
     are not both a terminal."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise PpwtopError(f"ppwtop {command}: the TUI needs a terminal (stdin and stdout are "
-                          f"not both one); {instead}")
+        raise PpwtopError(f"{command}: the TUI needs a terminal (stdin and stdout are not "
+                          f"both one); {instead}")

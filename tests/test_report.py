@@ -263,7 +263,7 @@ def test_closure_is_not_called_perfect_when_nothing_was_measured(tmp_path: Path)
     unmeasured = dataclasses.replace(measured, totals=dataclasses.replace(
         measured.totals, measured_energy_j=0.0, closure_error=0.0))
     for snap, said in ((measured, "closure error vs measured energy: -1.0 %"),
-                       (unmeasured, "not measured (no energy counter in the inputs)")):
+                       (unmeasured, "not measured (no energy counter reading at both ends")):
         src = write(tmp_path / "s.json", snap)
         for suffix in (".md", ".html"):
             out = tmp_path / f"r{suffix}"

@@ -233,7 +233,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             phase_locked=p.phase_lock is not None)
         warnings += lines
         if p.tail_unplaced and p.preset is not None:
-            warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w))
+            warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w,
+                                                  classes=False))
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]

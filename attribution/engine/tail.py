@@ -1,10 +1,10 @@
 """The boost tail of consumer boards: power that stays on after the GPU goes idle.
 
-Owns the tail regressor (its window means, energy and fit: :func:`scan_tail`,
-:func:`fit_tail_params`, and :func:`held_tail_params` for a held P_idle).  GeForce cards keep
-boost power for 0.5-3 s after work stops (DESIGN.md §3).  Modelled as a level L (W, fitted,
-≥ 0) times ``exp(−age/τ_t)`` inside every idle gap of at least ``min_gap`` (age = time since
-the gap began), cut off when the next item starts.  The sensor sees its window mean, which
+Owns the tail regressor (its window means, energy and fit: :func:`scan_tail`, both
+engines; :func:`held_tail_params` for a held P_idle).  GeForce cards keep boost power for
+0.5-3 s after work stops (DESIGN.md §3).  Modelled as a level L (W, fitted, ≥ 0) times
+``exp(−age/τ_t)`` inside every idle gap of at least ``min_gap`` (age = time since the gap
+began), cut off when the next item starts.  The sensor sees its window mean, which
 :func:`tail_fractions` computes exactly from the cumulative integral.  The tail matters far
 beyond its energy: it sits exactly in the low-activity readings that pin the active idle, so
 without it ``P_idle`` is fitted high and every class's ΔP low.  Its energy belongs to no item
@@ -129,16 +129,6 @@ def tail_model(params: tuple[float, float] | None, start_ns: I64, end_ns: I64
     return gs, ge, params[1]
 
 
-def fit_tail_params(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
-                    window_ms: float, lag_ms: float, rss: Callable[[F64, F64], float]
-                    ) -> tuple[float, float] | None:
-    """(min_gap ms, τ_t s) of the tail model that lowers the residual most, or None
-    (:func:`scan_tail`).  The live engine keeps these two numbers and applies them to each
-    new reading row."""
-    return scan_tail(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
-                     rss=rss).params
-
-
 def _rss_through_zero(a: F64, y: F64) -> float:
     """Residual sum of squares of least squares with no constant."""
     coef = np.linalg.lstsq(a, y, rcond=None)[0]
@@ -173,10 +163,13 @@ def held_tail_params(x: F64, excess_w: F64, start_ns: I64, end_ns: I64, t_ns: I6
     return best
 
 
-def tail_unplaced_warning(device: int, p_idle_w: float, board_w: float) -> str:
+def tail_unplaced_warning(device: int, p_idle_w: float, board_w: float, *,
+                          classes: bool = True) -> str:
     """The snapshot's line for a consumer board whose tail was unplaced
-    (:attr:`TailScan.unplaced`)."""
+    (:attr:`TailScan.unplaced`); ``classes``: the class intervals span the held fit too (the
+    batch engine; the live engine stretches P_idle's alone)."""
     return (f"GPU {device}: the boost tail cannot be told from the active idle here (every "
             "idle gap alike, so the tail follows the busy time); active idle "
-            f"{p_idle_w:.0f} W may hold the tail's power: the intervals span the fit with "
-            f"active idle at the board's {board_w:.0f} W")
+            f"{p_idle_w:.0f} W may hold the tail's power: "
+            + ("the intervals span the fit" if classes else "its interval spans the value")
+            + f" with active idle at the board's {board_w:.0f} W")

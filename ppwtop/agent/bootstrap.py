@@ -48,10 +48,11 @@ def child_env(socket_path: str, backend: str, base: Mapping[str, str] | None = N
 
 
 def _deps_path() -> list[str]:
-    """This interpreter's site-packages (ppwtop's dependencies)."""
+    """This interpreter's site-packages, the user's too (ppwtop's dependencies)."""
     import site
 
-    return [p for p in site.getsitepackages() if Path(p).is_dir()]
+    found = [*site.getsitepackages(), site.getusersitepackages()]
+    return [p for p in dict.fromkeys(found) if Path(p).is_dir()]
 
 
 def import_with_deps(name: str) -> ModuleType:

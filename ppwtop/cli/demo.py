@@ -64,6 +64,13 @@ def main(argv: list[str]) -> int:
     if not 1.0 <= args.seconds <= MAX_SIM_SECONDS:
         raise PpwtopError(f"--seconds must be between 1 and {MAX_SIM_SECONDS:g}, "
                           f"got {args.seconds:g}")
+    if not args.headless:  # the cheap checks before the run is simulated
+        from attribution.sim.scenarios import SCENARIOS
+
+        if args.export is not None:
+            raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
+        if args.scenario in SCENARIOS:  # else DemoFeed's own error names the known ones
+            need_terminal("demo", "use --headless")
     from ppwtop.demo_feed import DemoFeed
 
     feed = DemoFeed(args.scenario, args.gpu, args.seconds, seed=args.seed)
@@ -82,8 +89,6 @@ def main(argv: list[str]) -> int:
                 raise InputError(args.export, f"cannot write: {e.strerror or e}") from None
         print(summary(snap))
         return 0
-    if args.export is not None:
-        raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
     need_terminal("demo", "use --headless")
     from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp

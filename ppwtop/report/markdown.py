@@ -35,7 +35,7 @@ def closure_line(closure_error: float | None) -> str:
     """The header's sentence on the partition against the energy counter."""
     if closure_error is None:
         return ("Attribution closure against a measured energy counter: not measured (no "
-                "energy counter in the inputs).")
+                "energy counter reading at both ends of the window in the inputs).")
     return f"Attribution closure error vs measured energy: {pct(closure_error)}."
 
 
