@@ -66,6 +66,7 @@ class TraceFeed:
         _, self._attribute = _engine()
         tr = trace
         self.trace = tr
+        self.notes: tuple[str, ...] = ()  # what the file's reader noted (a replayed file)
         self.gpu = gpu
         self.horizon_ns = int(horizon_s * 1e9)
         self.refresh_s = refresh_s
@@ -166,7 +167,8 @@ class TraceFeed:
         meta["elapsed_s"] = (end_ns - self.start_ns) / 1e9
         if so_far is not None:
             meta["energy_so_far_j"] = so_far
-        return dataclasses.replace(snap, meta=meta)
+        return dataclasses.replace(snap, meta=meta,
+                                   warnings=(*self.notes, *snap.warnings))
 
     def energy_so_far_j(self, end_ns: int) -> float | None:
         """Board energy from the start of the run to ``end_ns`` (the energy counter)."""

@@ -37,4 +37,8 @@ class ReplayFeed(TraceFeed):
         if trace.gpu_span_ns() is None or (not len(trace.kernels) and not len(trace.copies)):
             raise InputError(path, "has no kernels or copies to replay")
         kwargs.setdefault("label", f"replay {Path(path).name}")
-        return cls(trace, **kwargs)
+        from ppwtop.importers import import_notes
+
+        feed = cls(trace, **kwargs)
+        feed.notes = tuple(import_notes(path, trace))  # a cut or corrupt recording says so
+        return feed

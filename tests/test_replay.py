@@ -79,6 +79,28 @@ def test_headless_writes_valid_snapshot(recording: Path, tmp_path: Path,
     assert "ppwtop replay demo.ppw:" in capsys.readouterr().out
 
 
+def test_a_cut_recording_is_replayed_and_exported_with_its_readers_note(
+        recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recording cut part-way (a crash, a full disk, a copy still being written) is read up
+    to its last whole chunk; `attribute` said so, `replay` and `export` were silent."""
+    data = recording.read_bytes()
+    cut = tmp_path / "cut.ppw"
+    cut.write_bytes(data[: int(len(data) * 0.9)])
+    out = tmp_path / "snap.json"
+    assert main(["replay", str(cut), "--headless", "--export", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "ppwtop: warning:" in err and "truncated" in err and "cut.ppw" in err
+    assert any("truncated" in w for w in Snapshot.from_dict(orjson.loads(
+        out.read_bytes())).warnings)
+    pf = tmp_path / "pf.json"
+    assert main(["export", str(cut), "--perfetto", str(pf)]) == 0
+    assert "truncated" in capsys.readouterr().err
+    assert any("truncated" in w for w in orjson.loads(pf.read_bytes())["metadata"]["warnings"])
+    # the whole recording: no such word
+    assert main(["replay", str(recording), "--headless"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("content", [b"hello world\n", b"PPWREC garbage", b"a,b\n1,2\n"])
 def test_bad_file_exits_2_with_one_line(tmp_path: Path, content: bytes,
                                         capsys: pytest.CaptureFixture[str]) -> None:

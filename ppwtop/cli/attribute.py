@@ -18,7 +18,7 @@ from attribution.model import Trace
 from ppwtop.cli.common import parser, positive_float
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
-from ppwtop.importers import load_power, load_trace
+from ppwtop.importers import import_notes, load_power, load_trace
 from ppwtop.snapshot_io import write_snapshot
 
 QUARTER_NS = 15 * 60 * 1_000_000_000
@@ -86,16 +86,6 @@ def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]
     return trace.merged_with(power), warnings
 
 
-def _import_notes(path: str, trace: Trace) -> list[str]:
-    """What the importer noted about a file (skipped rows, ignored events) and what a
-    late-attach recording cannot hold, as warnings."""
-    notes = [n for n in trace.meta.get("notes") or [] if isinstance(n, str)]
-    missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
-    if missing:
-        notes.append("recorded by a late attach: missing " + "; ".join(map(str, missing)))
-    return [f"{path}: {n}" for n in notes]
-
-
 def main(argv: list[str]) -> int:
     p = parser("attribute", "Offline attribution of a trace (+ power log) to a snapshot JSON.")
     p.add_argument("--trace", required=True, metavar="FILE",
@@ -123,10 +113,10 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
     owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)
-    warnings: list[str] = _import_notes(a.trace, trace)
+    warnings: list[str] = import_notes(a.trace, trace)
     if a.power is not None:
         power = load_power(a.power, tz=a.power_tz)
-        warnings += _import_notes(a.power, power)
+        warnings += import_notes(a.power, power)
         trace, merged = merge_power(trace, power, a.power)
         warnings += merged
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)

@@ -73,13 +73,18 @@ def main(argv: list[str]) -> int:
                 raise InputError(args.input, f"{opt} only applies when INPUT is a trace")
         doc = export_snapshot(load_snapshot(args.input), source=str(args.input))
     else:
-        from ppwtop.importers import load_trace
+        from ppwtop.importers import import_notes, load_trace
 
         snap = load_snapshot(args.snapshot) if args.snapshot else None
         trace = load_trace(args.input)
+        notes = import_notes(args.input, trace)
         if args.power:
             trace = _with_power(trace, args.power, args.power_tz)
         doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)
+        if notes:  # a cut or corrupt recording says so, in the file and on stderr
+            doc["metadata"]["warnings"] = [*notes, *doc["metadata"].get("warnings", [])]
+            for w in notes:
+                print(f"ppwtop: warning: {w}", file=sys.stderr)
     write_perfetto(doc, args.perfetto)
     md = doc["metadata"]
     n = sum(1 for e in doc["traceEvents"] if e["ph"] != "M")

@@ -9,6 +9,7 @@ replays ``--seconds`` of the recording at once (default: all of it), writes the 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ppwtop.cli.common import UsageError, parser, positive_float
@@ -61,6 +62,8 @@ def main(argv: list[str]) -> int:
         from ppwtop.panel_feed import with_sla
 
         snap = with_sla(snap, args.sla_ms)
+        for w in feed.notes:
+            print(f"ppwtop: warning: {w}", file=sys.stderr)
         if args.export is not None:
             from ppwtop.snapshot_io import write_snapshot
 

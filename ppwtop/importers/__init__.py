@@ -57,6 +57,18 @@ def load_trace(path: str | Path) -> Trace:
     raise InputError(path, "is a CSV power log, not a trace (pass it with --power)")
 
 
+def import_notes(path: str | Path, trace: Trace) -> list[str]:
+    """What the importer noted about a file (skipped rows, ignored events, a recording cut
+    or corrupt part-way) and what a late-attach recording cannot hold, as warnings naming
+    the file: every command that reads one says them (``attribute``, ``replay``,
+    ``export``)."""
+    notes = [n for n in trace.meta.get("notes") or [] if isinstance(n, str)]
+    missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
+    if missing:
+        notes.append("recorded by a late attach: missing " + "; ".join(map(str, missing)))
+    return [f"{path}: {n}" for n in notes]
+
+
 def load_power(path: str | Path, tz: str | None = None) -> Trace:
     """Load a power source (nvidia-smi CSV or .ppw recording) as a Trace holding power,
     energy and clock batches.  ``tz`` names the zone of naive CSV timestamps."""
