@@ -165,6 +165,52 @@ def test_sigkill_of_ppwtop_leaves_the_target_running(tmp_path: Path) -> None:
     assert len(tr.kernels) > 0 and len(tr.power) > 0
 
 
+def test_sigterm_ends_the_session_cleanly_and_stops_the_command(tmp_path: Path) -> None:
+    """`timeout 20 ppwtop record ...` or `docker stop`: SIGTERM used to kill ppwtop on the
+    spot (no end chunk, no line, the command left running); it now ends the session as
+    Ctrl-C does, stops the command it launched, and exits 143."""
+    target = _script(tmp_path, """
+        import os, time
+        open("pid", "w").write(str(os.getpid()))
+        time.sleep(60)
+    """)
+    rec = tmp_path / "r.ppw"
+    p = subprocess.Popen([sys.executable, "-m", "ppwtop", "record", "-o", str(rec),
+                          "--backend", "sim", "--", sys.executable, target],
+                         cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (tmp_path / "pid").exists() and rec.exists() and rec.stat().st_size > 50_000:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("nothing recorded in time")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert "terminated (SIGTERM)" in err
+    tr = read_recording(rec)
+    assert tr.meta["complete"] is True and tr.meta["end_reason"] == "terminated (SIGTERM)"
+    assert len(tr.kernels) > 0
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "the command outlived ppwtop's SIGTERM"
+
+
+def test_a_command_killed_by_a_signal_exits_as_a_shell_says(tmp_path: Path) -> None:
+    r = _ppwtop(["record", "-o", str(tmp_path / "r.ppw"), "--backend", "sim", "--",
+                 sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], tmp_path)
+    assert r.returncode == 137, r.stderr  # 128 + 9, as bash reports it (was 256 - 9)
+    assert "killed by signal 9 (SIGKILL)" in r.stderr
+
+
 def test_cupti_held_by_another_profiler_goes_on_with_nvml_only(tmp_path: Path) -> None:
     target = _script(tmp_path, "import time; time.sleep(1.5)\n")
     rec = tmp_path / "r.ppw"
@@ -208,6 +254,11 @@ def test_command_exit_status_is_passed_on(tmp_path: Path) -> None:
      "command not found"),
     (["record", "-o", "r.ppw", "--backend", "sim", "--scenario", "nope", "--", "true"],
      "unknown scenario"),
+    (["record", "-o", "r.ppw", "--backend", "sim", "--seed", "-1", "--", "true"], "--seed"),
+    (["record", "-o", "r.ppw", "--backend", "sim", "--seconds", "1e308", "--", "true"],
+     "--seconds: at most"),
+    (["run", "--headless", "--record", "r.ppw", "--backend", "sim", "--seconds", "inf", "--",
+      "true"], "must be finite"),
 ])
 def test_bad_command_lines_are_one_line_exit_2(tmp_path: Path, args: list[str],
                                                message: str) -> None:

@@ -42,6 +42,19 @@ def positive_float(text: str) -> float:
     return v
 
 
+MAX_SESSION_SECONDS = 1e7
+"""The longest ``--seconds`` a live session takes (~116 days; beyond, its nanoseconds
+overflow)."""
+
+
+def session_seconds(text: str) -> float:
+    """A live session's ``--seconds``: > 0, finite, at most ``MAX_SESSION_SECONDS``."""
+    v = positive_float(text)
+    if v > MAX_SESSION_SECONDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SESSION_SECONDS:g}: {text!r}")
+    return v
+
+
 def seed_int(text: str) -> int:
     """A simulator seed: a whole number ≥ 0 (numpy's generators take no negative seed)."""
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import parser, session_seconds
 from ppwtop.cli.run import add_live_options, check_gpu, split_command
 
 
@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
                           "ppwtop record -o FILE [options] -- CMD [ARGS...]")
     ap.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
                     help="the .ppw recording to write")
-    ap.add_argument("--seconds", type=positive_float, default=None,
+    ap.add_argument("--seconds", type=session_seconds, default=None,
                     help="stop recording after S seconds (the command keeps running)")
     add_live_options(ap)
     opts, command = split_command(argv)

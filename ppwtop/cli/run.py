@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ppwtop.cli.common import Parser, parser, positive_float
+from ppwtop.cli.common import Parser, parser, seed_int, session_seconds
 from ppwtop.errors import PpwtopError
 
 
@@ -23,7 +23,7 @@ def add_live_options(ap: Parser) -> None:
                          "simulated GPU")
     ap.add_argument("--scenario", default=None,
                     help="with --backend sim: simulator scenario (default: demo)")
-    ap.add_argument("--seed", type=int, default=0,
+    ap.add_argument("--seed", type=seed_int, default=0,
                     help="with --backend sim: simulator seed (default: 0)")
 
 
@@ -34,7 +34,7 @@ def add_session_options(ap: Parser, what: str) -> None:
                     help="write a .ppw recording of the session")
     ap.add_argument("--headless", action="store_true",
                     help=f"no screen: collect (and record) until the {what} exits or --seconds")
-    ap.add_argument("--seconds", type=positive_float, default=None,
+    ap.add_argument("--seconds", type=session_seconds, default=None,
                     help=f"stop collecting after S seconds (the {what} keeps running)")
 
 

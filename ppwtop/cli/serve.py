@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ppwtop.cli.common import parser, positive_float, seed_int
+from ppwtop.cli.common import parser, positive_float, seed_int, session_seconds
 from ppwtop.errors import PpwtopError
 
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--interval", type=positive_float, default=5.0, metavar="S",
                    help="seconds between attributions, i.e. the length of each attributed "
                         "window (default 5; under 2 s the per-window estimates get noisy)")
-    p.add_argument("--seconds", type=positive_float, default=None, metavar="S",
+    p.add_argument("--seconds", type=session_seconds, default=None, metavar="S",
                    help="exit after S seconds (default: run until Ctrl-C)")
     args = p.parse_args(argv)
     host, port = parse_hostport(args.prometheus)

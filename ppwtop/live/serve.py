@@ -15,6 +15,7 @@ runs raises :class:`~ppwtop.errors.PpwtopError`.
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import threading
@@ -64,6 +65,45 @@ def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
         yield sampler, sampler.device_infos, notes
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, a job scheduler) during a headless session: it
+    ends as Ctrl-C does (the recording closed with its end chunk), not on the spot."""
+
+    reason = "terminated (SIGTERM)"
+
+
+@contextlib.contextmanager
+def _sigterm_ends_session(active: bool) -> Iterator[None]:
+    """While ``active`` (a headless session on the main thread), SIGTERM raises
+    :class:`Terminated`; the previous handler is restored after."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _exit_status(returncode: int, out: TextIO) -> int:
+    """The command's status as a shell gives it: 128 + N for a command killed by signal N
+    (Popen's −N passed to sys.exit would read as 256 − N), with a line saying so."""
+    if returncode >= 0:
+        return returncode
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "unknown signal"
+    print(f"ppwtop: the command was killed by signal {-returncode} ({name})", file=out,
+          flush=True)
+    return 128 - returncode
+
+
 def serve(listener: Listener, *, label: str, record_path: str | Path | None, headless: bool,
           seconds: float | None, backend: str, gpu: str | None = None, sim: Any = None,
           launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
@@ -83,19 +123,26 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
         if on_session is not None:  # e.g. serve --prometheus polls session.feed
             on_session(session)
         child = launch() if launch is not None else None
+        terminated = False
         try:
             run_kw: dict[str, Any] = {
                 "seconds": seconds, "child": child, "accept_timeout_s": accept_timeout_s,
                 "seconds_from_connect": seconds_from_connect}
-            if headless:
-                session.run(**run_kw)
-            else:
-                _tui(session, run_kw)
-        except KeyboardInterrupt:
+            with _sigterm_ends_session(headless):
+                if headless:
+                    session.run(**run_kw)
+                else:
+                    _tui(session, run_kw)
+        except KeyboardInterrupt as e:
             session.request_stop()
-            session.end_reason = session.end_reason or "interrupted"
+            session.end_reason = session.end_reason or getattr(e, "reason", "interrupted")
+            terminated = isinstance(e, Terminated)
+            if terminated and child is not None and child.poll() is None:
+                child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)
     failed = 2 if session.recording_error else 0
+    if terminated:
+        failed = failed or 128 + signal.SIGTERM
     if child is None:
         return failed
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -108,7 +155,7 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
         except KeyboardInterrupt:
             print(f"ppwtop: the command (pid {child.pid}) keeps running", file=out)
             return 130
-    return failed or int(child.returncode)
+    return failed or _exit_status(int(child.returncode), out)
 
 
 def _tui(session: Session, run_kw: dict[str, Any]) -> None:
