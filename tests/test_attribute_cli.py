@@ -156,3 +156,22 @@ def test_garbage_csv_rows_are_skipped_counted_and_reported(tmp_path: Path,
     assert skipped, snap.warnings
     assert "skipped 2 unparsable row" in err
     assert snap.totals.energy_j > 0
+
+
+def test_a_recording_given_as_its_own_power_log_gives_the_same_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace r.ppw --power r.ppw` merged the recording's readings, and its records, a
+    second time (copies 185 → 200 J in the audit); the log's readings now replace the
+    trace's own, with a warning."""
+    from attribution.sim import simulate
+    from ppwtop.recording import write_recording
+
+    rec = tmp_path / "r.ppw"
+    write_recording(rec, simulate("varied_mix", "a100", 8.0, seed=1).trace)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["attribute", "--trace", str(rec), "-o", str(a)]) == 0
+    capsys.readouterr()
+    assert main(["attribute", "--trace", str(rec), "--power", str(rec), "-o", str(b)]) == 0
+    assert "readings are replaced by" in capsys.readouterr().err
+    sa, sb = orjson.loads(a.read_bytes()), orjson.loads(b.read_bytes())
+    assert sa["totals"] == sb["totals"] and sa["kernels"] == sb["kernels"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from attribution.engine import attribute
 from attribution.engine.build import trace_window
-from attribution.model import Trace
+from attribution.model import POLL_TIME_KEY, Trace
 from ppwtop.cli.common import parser, positive_float
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
@@ -70,7 +70,9 @@ def fill_device_names(trace: Trace, power: Trace) -> None:
 def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]]:
     """``trace`` merged with the power log read from ``path``, as ``ppwtop attribute`` and
     ``export`` merge it: shifted by whole quarter hours when only that overlaps the trace (a
-    warning says so), the log's device names given to unnamed trace devices."""
+    warning says so), the log's device names given to unnamed trace devices, and the trace's
+    own readings of a kind the log has (a recording's power) replaced by the log's (a
+    warning says so: merged, the same readings counted twice)."""
     warnings: list[str] = []
     win = trace_window(trace)
     if win is not None:
@@ -82,6 +84,13 @@ def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]
             warnings.append(f"power log {path} shifted by {shift / 3.6e12:+.2f} h to "
                             "overlap the trace (time-zone mix-up? pass --power-tz)")
             power = _shift_power(power, shift)
+    own = [f for f in ("power", "energy", "clocks")
+           if len(getattr(trace, f)) and len(getattr(power, f))]
+    if own:  # two copies of the same readings would count twice; two sources would mix
+        warnings.append(f"the trace's own {'/'.join(own)} readings are replaced by {path}'s")
+        meta = {k: v for k, v in trace.meta.items() if k != POLL_TIME_KEY}
+        trace = dataclasses.replace(trace, meta=meta, **{
+            f: type(getattr(trace, f)).empty() for f in own})
     fill_device_names(trace, power)
     return trace.merged_with(power), warnings
 

@@ -80,5 +80,7 @@ def load_power(path: str | Path, tz: str | None = None) -> Trace:
     if kind == "ppw":
         from ppwtop.recording import read_recording
 
-        return read_recording(path)
+        rec = read_recording(path)  # its readings only: its records are the trace's business
+        return Trace(strings=rec.strings, power=rec.power, energy=rec.energy, clocks=rec.clocks,
+                     devices=list(rec.devices), meta=dict(rec.meta))
     raise InputError(path, f"is a {kind} trace, not a power log (nvidia-smi CSV or .ppw)")
