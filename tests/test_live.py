@@ -389,3 +389,22 @@ def test_the_end_of_the_simulated_job_is_announced(tmp_path: Path) -> None:
     tr = read_recording(rec)
     assert tr.meta["sim"]["seconds"] == 1.5
     assert int(tr.kernels.end_ns.max()) <= tr.meta["sim"]["anchor_ns"] + 1_500_000_000
+
+
+def test_nothing_collected_is_an_error_not_an_empty_success(tmp_path: Path) -> None:
+    """The real backend on a machine without a GPU: CUPTI fails in the target and NVML is
+    not there; the session recorded 0 kernels and 0 readings and exited 0 (audit)."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML works here: something is collected")
+    r = _ppwtop(["record", "-o", str(tmp_path / "r.ppw"), "--", sys.executable, "-c",
+                 "pass"], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "nothing was collected" in r.stderr
+    assert read_recording(tmp_path / "r.ppw").meta["complete"] is True  # still readable

@@ -141,6 +141,15 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
                 child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)
     failed = 2 if session.recording_error else 0
+    c = session.counts
+    if not (c.kernels or c.copies or c.power) and session.meta.get("nvml_unavailable") \
+            and session.agent_stats.get("cupti_status") in ("failed", "unavailable", "in_use"):
+        # neither source worked: an empty recording is not a success (a GPU-less machine
+        # without --backend sim, a driver problem)
+        print(f"ppwtop: error: nothing was collected: CUPTI "
+              f"{session.agent_stats.get('cupti_status')} in the target and NVML unavailable "
+              "(no GPU here? --backend sim runs on the simulator)", file=out, flush=True)
+        failed = 2
     if terminated:
         failed = failed or 128 + signal.SIGTERM
     if child is None:
