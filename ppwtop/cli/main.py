@@ -20,7 +20,8 @@ COMMANDS: dict[str, str] = {
     "attribute": "offline attribution of a trace (+ power log) to a snapshot JSON",
     "run": "launch a command with the in-process agent (live TUI or headless recording)",
     "attach": "inject the agent into a running Python process",
-    "record": "headless recording of a command or process to a .ppw file",
+    "record": "headless recording of a command to a .ppw file (a running process: "
+              "attach --headless --record)",
     "replay": "the live TUI driven by a recording",
     "show": "the TUI on one snapshot",
     "compare": "the TUI compare screen, two snapshots side by side",

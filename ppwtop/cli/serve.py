@@ -122,7 +122,9 @@ def main(argv: list[str]) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, cmd = argv[:i], argv[i + 1:]
-    p = parser("serve", "Prometheus exporter of attributed energy (counters in joules).")
+    p = parser("serve", "Prometheus exporter of attributed energy (counters in joules).  "
+                        "The source: --demo, --pid PID, or a command after '--' "
+                        "(ppwtop serve --prometheus HOST:PORT -- CMD ...).")
     p.add_argument("--prometheus", required=True, metavar="HOST:PORT",
                    help="address to serve /metrics on, e.g. 127.0.0.1:9464")
     src = p.add_mutually_exclusive_group()
@@ -145,8 +147,11 @@ def main(argv: list[str]) -> int:
                    help="exit after S seconds (default: run until Ctrl-C)")
     args = p.parse_args(argv)
     host, port = parse_hostport(args.prometheus)
-    if sum((args.demo, args.pid is not None, bool(cmd))) != 1:
-        raise PpwtopError("serve: give one of --demo, --pid PID or -- CMD ...")
+    given = sum((args.demo, args.pid is not None, bool(cmd)))
+    if given != 1:
+        raise PpwtopError("serve: give one of --demo, --pid PID or -- CMD ..."
+                          if not given else
+                          "serve: give only one of --demo, --pid PID or -- CMD ...")
     if args.demo:
         return _serve(host, port, args, DemoWindows(args.gpu or "h100",
                                                     args.scenario or "demo", args.seed))
@@ -199,7 +204,8 @@ def _start(host: str, port: int, source: DemoWindows | LiveWindows, interval_s: 
     poller = threading.Thread(target=_poll, args=(source, collector, interval_s, stop),
                               name="ppwtop-serve-poll", daemon=True)
     poller.start()
-    print(f"ppwtop serve: metrics on http://{host}:{port}/metrics "
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+    print(f"ppwtop serve: metrics on http://{shown}:{port}/metrics "
           f"({source.feed.label}); Ctrl-C to stop", flush=True)
 
     def stop_serving() -> int:
