@@ -124,3 +124,38 @@ def test_a_child_outside_ppwtops_environment_finds_its_dependencies(
     assert all(Path(p).is_dir() for p in env[ENV_DEPS].split(os.pathsep))
     for name in ("ppw_probe_user", "ppw_probe_dep"):
         sys.modules.pop(name, None)
+
+
+def test_a_process_can_be_attached_to_again_after_its_session_ended(sim_trace) -> None:  # type: ignore[no-untyped-def]
+    """start() returned the first, disconnected agent to a second attach, which then never
+    connected ("no agent connected within 60 s", audit)."""
+    first_lis = Listener()
+    first = agent_api.start(first_lis.path, "sim", lib=FakeCuptiLib(sim_trace),
+                            flush_period_s=0)
+    try:
+        conn = first_lis.accept(5.0)
+        assert conn is not None
+        conn.close()  # the session ends: ppwtop goes away
+        first_lis.close()
+        deadline = time.monotonic() + 5
+        while first.connected and time.monotonic() < deadline:
+            first.mark_step(1)  # traffic lets the sender see the peer gone
+            time.sleep(0.05)
+        assert not first.connected
+        with Listener() as lis:
+            second = agent_api.start(lis.path, "sim", lib=FakeCuptiLib(sim_trace),
+                                     flush_period_s=0)
+            assert second is not first and second.connected
+            conn = lis.accept(5.0)
+            assert conn is not None
+            got: list = []  # type: ignore[type-arg]
+            r = FrameReader(conn)
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                got = r.read(0.1)
+            assert got and got[0].type is FrameType.HELLO
+            assert agent_api.start(lis.path, "sim") is second  # idempotent while connected
+            conn.close()
+    finally:
+        agent_api.stop()
+        first.stop()

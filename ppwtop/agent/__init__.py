@@ -17,13 +17,17 @@ _agent: list[Agent] = []  # the running agent, if any
 
 
 def start(socket_path: str, backend: str = "cupti", **kwargs: Any) -> Agent:
-    """Start the agent (idempotent: a second call returns the running one).
+    """Start the agent (idempotent: a second call returns the running one, while it is
+    connected; one whose ppwtop went away — an attach whose session ended — is stopped and
+    replaced, so the process can be attached to again).
 
     Raises :class:`AgentError` when no ppwtop listens at ``socket_path``.
     """
     with _lock:
-        if _agent:
+        if _agent and _agent[0].connected:
             return _agent[0]
+        if _agent:
+            _agent.pop().stop()
         a = Agent(socket_path, backend, **kwargs)
         a.start()
         _agent.append(a)

@@ -156,6 +156,12 @@ class Agent:
             self.cupti_detail = text
         self.collector = None
 
+    @property
+    def connected(self) -> bool:
+        """Started, not stopped, and its ppwtop still there."""
+        return (not self._stopped and self.sender is not None
+                and bool(self.sender.connected))
+
     def stop(self) -> None:
         """Flush the last records, send the final stats and BYE, close.  Idempotent."""
         if self._stopped:
