@@ -92,6 +92,44 @@ def test_attach_sim_records_the_running_target_which_runs_on(tmp_path: Path) -> 
             target.wait()
 
 
+@pytest.mark.skipif(not ptrace_call.supported(), reason="the injector needs Linux on x86-64")
+def test_attach_to_a_cpu_bound_target_connects_promptly_and_sees_no_backlog(
+        tmp_path: Path) -> None:
+    """A target whose main thread never sleeps: the agent's thread did its imports (numpy,
+    the simulator's scipy) against it, each file read waiting out a GIL switch interval, and
+    connected ~20 s late; a 3 s session then saw no kernel.  And the fake CUPTI shipped the
+    simulated run from ppwtop's start, work from before the attach."""
+    script = tmp_path / "busy.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        print("ready", flush=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 40:
+            sum(range(1000))
+    """))
+    target = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              text=True, env=_env(tmp_path))
+    try:
+        assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+        rec = tmp_path / "r.ppw"
+        t0 = time.time_ns()
+        r = _ppwtop(["attach", "--backend", "sim", "--headless", "--seconds", "3", "--record",
+                     str(rec), str(target.pid)], tmp_path)
+        took_s = (time.time_ns() - t0) / 1e9
+        if "not permitted" in r.stderr:
+            pytest.skip(f"ptrace refused here: {r.stderr.strip()}")
+        assert r.returncode == 0, r.stderr
+        assert took_s < 15.0, r.stderr  # was ~23 s
+        tr = read_recording(rec)
+        assert len(tr.kernels) > 100
+        # nothing that completed before the agent subscribed (its HELLO's clock)
+        hello_ns = int(tr.meta["target"]["clock"]["host_ns"])
+        assert int(tr.kernels.end_ns.min()) >= hello_ns - 100_000_000
+    finally:
+        target.kill()
+        target.wait(10)
+
+
 def test_a_dead_pid_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

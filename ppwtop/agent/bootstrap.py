@@ -13,6 +13,7 @@ from the environment once read, so only the launched process is profiled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -115,6 +116,17 @@ def attach_entry(socket_path: str, backend: str) -> None:
     start-up) are not seen.
     """
     from ppwtop import agent
+
+    # what the agent's thread imports, imported here on the injected call's thread (the
+    # target's main thread, holding the GIL throughout). On the agent's own thread each of
+    # the imports' file reads hands the GIL back to a CPU-bound main thread for a switch
+    # interval (5 ms): measured in a busy target, numpy took 1.7 s there and the simulator
+    # (scipy) 15 s, so an attach took ~20 s to connect and a short session saw no kernel
+    with contextlib.suppress(Exception):
+        import_with_deps("ppwtop.collectors.cupti_raw")  # numpy, cupti-python
+        if backend == "sim":
+            import_with_deps("ppwtop.fakes.paced_cupti")
+            import_with_deps("attribution.sim")  # the fake's run (scipy)
 
     def run() -> None:
         try:

@@ -139,7 +139,8 @@ class Agent:
             from ppwtop.fakes.sim_run import SimRunConfig
 
             busy = os.environ.get("PPWTOP_SIM_CUPTI_BUSY") == "1"
-            return PacedSimCuptiLib(SimRunConfig.from_env(os.environ), busy=busy)
+            return PacedSimCuptiLib(SimRunConfig.from_env(os.environ), busy=busy,
+                                    late=self.late_attach)
         from ppwtop.collectors.cupti_raw import load_libcupti
 
         return load_libcupti()

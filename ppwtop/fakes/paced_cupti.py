@@ -32,14 +32,18 @@ class PacedSimCuptiLib(FakeCuptiLib):
     """A fake libcupti that releases a simulated run's records as wall-clock time passes.
 
     ``busy`` makes ``cuptiActivityRegisterCallbacks`` fail as it does when another profiler
-    already holds CUPTI (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
+    already holds CUPTI (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).  ``late``: a late
+    attach, whose CUPTI sees only what runs from its subscription on: records that
+    completed before ``cuptiActivityRegisterCallbacks`` are never delivered (the anchored run
+    starts with ppwtop, and an attach used to ship the seconds before it as a backlog).
     """
 
-    def __init__(self, cfg: SimRunConfig, *, busy: bool = False,
+    def __init__(self, cfg: SimRunConfig, *, busy: bool = False, late: bool = False,
                  clock: Callable[[], int] = time.time_ns) -> None:
         super().__init__()
         self.cfg = cfg
         self.busy = busy
+        self.late = late
         self.clock = clock
         res = anchored_run(cfg)
         tr = res.trace
@@ -54,6 +58,11 @@ class PacedSimCuptiLib(FakeCuptiLib):
         if self.busy:
             self.calls.append("cuptiActivityRegisterCallbacks")
             return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+        if self.late:  # what completed before the subscription was never recorded
+            now = self.clock()
+            for k in _PACED:
+                end: Any = getattr(self._sorted[k], "end_ns")  # noqa: B009
+                self._next[k] = max(self._next[k], int(np.searchsorted(end, now, "right")))
         return super().cuptiActivityRegisterCallbacks(request, complete)
 
     def cuptiGetTimestamp(self, out: Any) -> int:
