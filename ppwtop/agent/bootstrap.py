@@ -108,10 +108,11 @@ def from_env() -> None:
 
 
 def attach_entry(socket_path: str, backend: str) -> None:
-    """Start the agent in a running process (late attach); returns at once.
+    """Start the agent in a running process (late attach); returns once the agent's imports
+    are done (about a second: numpy, and scipy for the simulator's fake).
 
     The connection, handshake and collector start happen on a thread, so the injector's
-    call returns quickly.  The handshake says ``late_attach: true``: records of work that
+    call is not held for the session.  The handshake says ``late_attach: true``: records of work that
     completed before this moment and NVTX ranges (NVTX injection is only read at CUDA
     start-up) are not seen.
     """
