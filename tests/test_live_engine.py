@@ -659,3 +659,26 @@ def test_a_gpu_with_readings_but_no_work_is_left_out_as_in_the_batch_engine() ->
         if eng.done_ns is not None and now - int(tr.kernels.start_ns.min()) > 8e9:
             lag_ns.append(now - eng.done_ns)
     assert lag_ns and max(lag_ns) < 2e9  # the settle line keeps up throughout
+
+
+def test_a_window_the_steps_have_left_still_gives_snapshots() -> None:
+    """A job marks steps and then runs on without them (a long eval or checkpoint phase):
+    once the last step has left the horizon the live snapshot keeps coming, without step
+    statistics, rather than failing on an empty step ring (it did: every later snapshot
+    raised, and the TUI froze on "target disconnected")."""
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=30.0, seed=4).trace
+    span = trace.gpu_span_ns()
+    assert span is not None
+    m = trace.markers
+    early = m.take(m.start_ns < span[0] + 5_000_000_000)
+    assert 0 < len(early) < len(m)
+    trace = dataclasses.replace(trace, markers=early)
+
+    def engine() -> LiveEngine:
+        return LiveEngine(devices=trace.devices, horizon_s=10.0, refit_every_s=5.0)
+
+    with_steps = drive(trace, engine(), until_s=8.0)
+    assert with_steps is not None and with_steps.steps is not None
+    later = drive(trace, engine())
+    assert later is not None and later.steps is None
+    assert later.window.start_ns > early.end_ns.max()

@@ -571,7 +571,7 @@ class LiveEngine:
             step_start_ns=steps[0], step_dur_s=steps[1],  # views: used before the next append
             step_dyn_j=st.steps.busy_dot(f.unit_dp_w),
             step_items=steps[2], step_source=st.steps.source,
-            step_times=st.steps.times() if first else None,
+            step_times=st.steps.times() if first and len(steps[0]) else None,
             held_idle_w=f.held_idle_w, idle=f.idle, tail_unplaced=f.tail_unplaced,
             phase_lock=st.spread if phase_locked(st.spread) else None,
             slow_response=st.boost.slow,
