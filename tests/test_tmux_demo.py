@@ -119,3 +119,86 @@ def test_replay_in_tmux_ends_disconnected(tmp_path: Path) -> None:
         assert not t.alive(), "ppwtop replay did not exit on 'q'"
     finally:
         t.kill()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("sig", ["TERM", "HUP"])
+def test_a_signal_ends_a_tui_session_as_q_does(tmp_path: Path, sig: str) -> None:
+    """`kill` (SIGTERM) or a closed terminal (SIGHUP) during `ppwtop run` with the TUI: the
+    terminal is handed back (the summary line printed on the normal screen), the recording
+    closed with its end chunk, the launched command terminated, and the status is 128 + N.
+    Before, ppwtop died on the spot: the terminal left in raw mode on the alternate screen,
+    the recording without its end, the command running on as an orphan."""
+    import signal
+
+    from ppwtop.recording import read_recording
+
+    rec, status, child_pid = tmp_path / "r.ppw", tmp_path / "status", tmp_path / "child.pid"
+    job = tmp_path / "job.py"
+    job.write_text(f"import os, time\nopen({str(child_pid)!r}, 'w').write(str(os.getpid()))\n"
+                   "time.sleep(120)\n")
+    t = Tmux(120, 36)
+    try:
+        t.start(f"sh -c 'env -u COLUMNS -u LINES {sys.executable} -m ppwtop run --backend sim "
+                f"--record {rec} -- {sys.executable} {job}; echo $? > {status}; "
+                "sleep 30'")
+        t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 60.0, "a kernel row")
+        shell = int(t.cmd("list-panes", "-t", "t", "-F", "#{pane_pid}").stdout.split()[0])
+        (ppwtop,) = _children(shell)
+        os.kill(ppwtop, getattr(signal, f"SIG{sig}"))
+        deadline = time.monotonic() + 30.0
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status.exists(), "ppwtop did not end on the signal"
+        time.sleep(0.3)
+        assert int(status.read_text()) == 128 + int(getattr(signal, f"SIG{sig}"))
+        screen = t.capture()
+        assert "ppwtop: session ended" in screen and "written" in screen, screen
+        tr = read_recording(rec)
+        assert len(tr.kernels) > 0
+        assert "SIG" + sig in str(tr.meta.get("end_reason")), tr.meta.get("end_reason")
+        pid = int(child_pid.read_text())
+        deadline = time.monotonic() + 10.0
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), "the launched command was left running"
+    finally:
+        t.kill()
+
+
+def test_ctrl_c_quits_the_tui() -> None:
+    """Ctrl-C in the TUI quits, as in top (textual's default only says to press ctrl+q)."""
+    t = Tmux(120, 36)
+    try:
+        t.start(f"env -u COLUMNS -u LINES {sys.executable} -m ppwtop demo --seconds 30")
+        t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 45.0, "a kernel row")
+        t.keys("C-c")
+        deadline = time.monotonic() + 15.0
+        while t.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not t.alive(), "ppwtop did not exit on Ctrl-C"
+    finally:
+        t.kill()

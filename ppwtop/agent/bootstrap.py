@@ -112,9 +112,9 @@ def attach_entry(socket_path: str, backend: str) -> None:
     are done (about a second: numpy, and scipy for the simulator's fake).
 
     The connection, handshake and collector start happen on a thread, so the injector's
-    call is not held for the session.  The handshake says ``late_attach: true``: records of work that
-    completed before this moment and NVTX ranges (NVTX injection is only read at CUDA
-    start-up) are not seen.
+    call is not held for the session.  The handshake says ``late_attach: true``: records of
+    work that completed before this moment and NVTX ranges (NVTX injection is only read at
+    CUDA start-up) are not seen.
     """
     from ppwtop import agent
 

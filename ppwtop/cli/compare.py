@@ -20,6 +20,8 @@ def main(argv: list[str]) -> int:
     from ppwtop.tui.app import PpwtopApp
     from ppwtop.tui.feed import StaticFeed
 
-    PpwtopApp(StaticFeed(b, label=Path(args.candidate).name), baseline=a, start_compare=True,
-              names=(Path(args.baseline).name, Path(args.candidate).name)).run()
-    return 0
+    app = PpwtopApp(StaticFeed(b, label=Path(args.candidate).name), baseline=a,
+                    start_compare=True,
+                    names=(Path(args.baseline).name, Path(args.candidate).name))
+    app.run()
+    return app.exit_status()

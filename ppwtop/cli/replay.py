@@ -74,5 +74,6 @@ def main(argv: list[str]) -> int:
     from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
-    PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir).run()
-    return 0
+    app = PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir)
+    app.run()
+    return app.exit_status()

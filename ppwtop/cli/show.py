@@ -20,6 +20,7 @@ def main(argv: list[str]) -> int:
     from ppwtop.tui.app import PpwtopApp
     from ppwtop.tui.feed import StaticFeed
 
-    PpwtopApp(StaticFeed(snap, label=Path(args.snapshot).name),
-              export_dir=args.export_dir).run()
-    return 0
+    app = PpwtopApp(StaticFeed(snap, label=Path(args.snapshot).name),
+                    export_dir=args.export_dir)
+    app.run()
+    return app.exit_status()

@@ -66,10 +66,15 @@ def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``docker stop``, a job scheduler) during a headless session: it
-    ends as Ctrl-C does (the recording closed with its end chunk), not on the spot."""
+    """SIGTERM (``timeout``, ``docker stop``, a job scheduler) during a session, or SIGHUP
+    (its terminal closed) during a TUI one: it ends as Ctrl-C does (the recording closed
+    with its end chunk, the command ppwtop launched terminated), not on the spot."""
 
-    reason = "terminated (SIGTERM)"
+    def __init__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
+        self.reason = ("terminated (SIGTERM)" if signum == signal.SIGTERM
+                       else f"ended by {signum.name}")
 
 
 @contextlib.contextmanager
@@ -124,6 +129,7 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             on_session(session)
         child = launch() if launch is not None else None
         terminated = False
+        signum = signal.SIGTERM
         try:
             run_kw: dict[str, Any] = {
                 "seconds": seconds, "child": child, "accept_timeout_s": accept_timeout_s,
@@ -137,6 +143,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             session.request_stop()
             session.end_reason = session.end_reason or getattr(e, "reason", "interrupted")
             terminated = isinstance(e, Terminated)
+            if isinstance(e, Terminated):
+                signum = e.signum
             if terminated and child is not None and child.poll() is None:
                 child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)
@@ -151,7 +159,7 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
               "(no GPU here? --backend sim runs on the simulator)", file=out, flush=True)
         failed = 2
     if terminated:
-        failed = failed or 128 + signal.SIGTERM
+        failed = failed or 128 + int(signum)
     if child is None:
         return failed
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -174,11 +182,16 @@ def _tui(session: Session, run_kw: dict[str, Any]) -> None:
     t = threading.Thread(target=session.run, name="ppwtop-session", daemon=True,
                          kwargs=run_kw)
     t.start()
+    app = PpwtopApp(PanelFeed(session.feed))
     try:
-        PpwtopApp(PanelFeed(session.feed)).run()
+        app.run()
     finally:
-        session.request_stop()
+        # SIGTERM / SIGHUP: ended as in a headless session, the recording saying why
+        ended = Terminated(app.ended_by) if app.ended_by is not None else None
+        session.request_stop(ended.reason if ended is not None else None)
         t.join(10.0)
+    if ended is not None:
+        raise ended
 
 
 def summary(session: Session) -> str:

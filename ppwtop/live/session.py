@@ -98,13 +98,18 @@ class Session:
         self._last_seq = 0
         self.sim_end_ns = 0  # sim backend: when the simulated job's records run out
         self._stop = threading.Event()
+        self._stop_reason = "stopped"
         self._last_meta = 0.0
         if self.record_path is not None:
             self.writer = RecordingWriter(self.record_path, self.meta, self.feed.devices)
 
     # --- control --------------------------------------------------------------------------
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str | None = None) -> None:
+        """End :meth:`run` at its next turn; ``reason``: what the recording's end says
+        (default "stopped")."""
+        if reason is not None:
+            self._stop_reason = reason
         self._stop.set()
 
     def say(self, text: str) -> None:
@@ -129,7 +134,7 @@ class Session:
             while True:
                 now = time.monotonic()
                 if self._stop.is_set():
-                    self.end_reason = "stopped"
+                    self.end_reason = self._stop_reason
                     break
                 if now >= deadline:
                     self.end_reason = f"{seconds:g} s elapsed"

@@ -11,6 +11,9 @@ the feed, and a long attribution never stalls the 10 Hz power graph.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import Iterable
@@ -66,6 +69,7 @@ class PpwtopApp(App[None]):
     TITLE = "ppwtop"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as in top
         Binding("space", "pause", "pause"),
         Binding("s", "cycle_sort", "sort"),
         Binding("slash", "filter", "filter"),
@@ -97,10 +101,18 @@ class PpwtopApp(App[None]):
         self._rendered = threading.Event()
         self._rendered.set()
         self.live = LiveScreen()
+        self.ended_by: signal.Signals | None = None
+        """SIGTERM or SIGHUP, where one ended the app (it exits as on ``q``)."""
 
     # ------------------------------------------------------------------ feed thread
 
     def on_mount(self) -> None:
+        # SIGTERM (kill, timeout, a scheduler) and SIGHUP (the terminal closed) end the app as
+        # 'q' does, so the terminal is restored and a session's recording closed properly
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, self._signalled, sig)
         self.push_screen(self.live)
         self._mailbox: Snapshot | None = None
         self._feed_error: str | None = None
@@ -116,6 +128,14 @@ class PpwtopApp(App[None]):
 
     def on_unmount(self) -> None:
         self._stop.set()
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        self.ended_by = sig
+        self.exit()
+
+    def exit_status(self) -> int:
+        """What the command returns once the app has run: 128 + N where signal N ended it."""
+        return 0 if self.ended_by is None else 128 + int(self.ended_by)
 
     def _pull_snapshots(self) -> None:
         """Engine thread: next_snapshot() into the one-slot mailbox (newest wins)."""
