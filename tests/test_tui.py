@@ -568,3 +568,26 @@ def test_svg_compare_screen(snap_compare: object) -> None:
         await pilot.pause()  # type: ignore[attr-defined]
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
+
+
+async def test_the_kernel_name_column_follows_the_terminal_width() -> None:
+    """Shrinking the terminal narrows the name column so the numbers stay on screen; growing
+    it widens the name again (it was fixed at the width the screen opened with)."""
+    from ppwtop.tui.live import name_width
+
+    def name_col() -> tuple[int, int]:
+        t = app.live.query_one("#kernels", DataTable)
+        col = next(c for c in t.columns.values() if c.key.value == "name")
+        return col.width, t.row_count
+
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        assert name_col() == (name_width(160), 3) and name_width(160) > 80
+        await pilot.resize_terminal(90, 30)
+        await wait_for(pilot, lambda: name_col() == (name_width(90), 3))
+        t = app.live.query_one("#kernels", DataTable)
+        assert t.virtual_size.width <= 90  # the interval column on screen, no scrolling
+        await pilot.resize_terminal(150, 40)
+        await wait_for(pilot, lambda: name_col() == (name_width(150), 3))

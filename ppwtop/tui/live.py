@@ -232,6 +232,17 @@ def gpus_of(snap: Snapshot | None) -> list[int]:
     return sorted({g.index for g in snap.gpus} | {k.gpu for k in snap.kernels})
 
 
+NAME_MIN_W = 13
+"""The kernel-name column's narrowest width; it takes whatever the numbers leave."""
+NUMBERS_W = 67
+"""What the kernels table's number columns, padding and borders take of the width."""
+
+
+def name_width(width: int) -> int:
+    """The kernel-name column's width on a screen ``width`` columns wide."""
+    return max(NAME_MIN_W, width - NUMBERS_W)
+
+
 class LiveScreen(Screen[None]):
     """Header + power graph and busy band + kernels + copies/idle + inefficiencies + clocks."""
 
@@ -267,14 +278,21 @@ class LiveScreen(Screen[None]):
                     id="filter")
         yield Footer()
 
-    def on_mount(self) -> None:
+    def _kernel_columns(self, name_w: int) -> None:
+        """(Re)build the kernels table's columns, the name column ``name_w`` wide (its rows
+        come back on the next refresh)."""
+        self._name_w = name_w
         k = self.query_one("#kernels", DataTable)
-        name_w = self._name_w = max(13, self.app.size.width - 67)
+        k.clear(columns=True)
         for label, key, width in (("kernel", "name", name_w), ("energy J", "e", 8),
                                   ("share", "share", 6), ("avg W", "w", 5),
                                   ("time s", "t", 6), ("calls", "n", 6),
                                   ("90% CI dyn J", "ci", 16)):
             k.add_column(label, key=key, width=width)
+
+    def on_mount(self) -> None:
+        k = self.query_one("#kernels", DataTable)
+        self._kernel_columns(name_width(self.app.size.width))
         o = self.query_one("#other", DataTable)
         for label, key, width in (("class", "name", 19), ("J", "e", 6), ("share", "share", 6),
                                   ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
@@ -295,7 +313,13 @@ class LiveScreen(Screen[None]):
         self.refresh_view(tables=snap is not None)
 
     def on_resize(self) -> None:
-        self.refresh_view(tables=False)
+        # the kernel-name column follows the terminal's width (the other columns are fixed)
+        name_w = name_width(self.size.width or self.app.size.width)
+        if name_w != self._name_w and self.is_mounted:
+            self._kernel_columns(name_w)
+            self.refresh_view(tables=True)
+        else:
+            self.refresh_view(tables=False)
 
     def refresh_view(self, tables: bool = True) -> None:
         if not self.is_mounted:
