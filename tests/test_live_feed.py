@@ -55,6 +55,28 @@ def test_live_feed_attributes_the_recent_horizon_and_shows_session_notes() -> No
     assert feed.connected is False
 
 
+def test_a_recording_session_shows_its_file_and_dropped_records_in_the_header() -> None:
+    """The session's summary (``feed.meta``, as ``Session._write_meta`` sets it) puts the
+    recording's path and CUPTI's dropped records in the snapshot's meta, which the TUI's
+    header shows as "● rec NAME" and "dropped N" (docs/tui.md)."""
+    from ppwtop.tui.live import header_text
+
+    tr = simulate("varied_mix", "a100", seconds=8.0, seed=3).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="a100", horizon_s=5.0, n_boot=20)
+    feed.devices = list(tr.devices)
+    for piece in _slices(tr, 8):
+        feed.add(piece)
+    plain = feed.snapshot()
+    assert plain is not None and "recording" not in plain.meta
+    feed.meta = {"session": {"recording": "/runs/job.ppw"}, "decode": {"dropped_records": 7}}
+    snap = feed.snapshot()
+    assert snap is not None
+    assert snap.meta["recording"] == "/runs/job.ppw" and snap.meta["dropped_records"] == 7
+    text = header_text(snap, "target", connected=True, paused=False,
+                       power=feed.power_trace(), width=160, gpu=None)
+    assert "rec job.ppw" in text and "dropped 7" in text
+
+
 def test_live_feed_ticks_go_through_the_incremental_engine_like_the_batch_one() -> None:
     """Pieces arrive out of completion order (two streams of buffers interleaved); once the
     live engine has settled, snapshots are its own (engine ``regress/1+live``), cost per tick

@@ -301,6 +301,12 @@ class LiveFeed:
         if so_far is not None:
             meta["energy_so_far_j"] = so_far
         meta["live"] = dict(self.meta)
+        # the header's "● rec NAME" and "dropped N" (docs/tui.md), from the session's summary
+        session, decode = self.meta.get("session") or {}, self.meta.get("decode") or {}
+        if session.get("recording"):
+            meta["recording"] = str(session["recording"])
+        if isinstance(decode.get("dropped_records"), int):
+            meta["dropped_records"] = int(decode["dropped_records"])
         return dataclasses.replace(snap, meta=meta,
                                    warnings=(*self.notes, *([self.loss_note] if self.loss_note
                                                             else []), *snap.warnings))

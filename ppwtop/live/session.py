@@ -320,6 +320,7 @@ class Session:
                 if len(lat) else None,
                 "end_reason": self.end_reason,
                 "recording_error": self.recording_error,
+                "recording": str(self.record_path) if self.writer is not None else None,
             },
             "decode": {"buffers": d.buffers, "bytes": d.bytes,
                        "dropped_records": d.dropped_records,
