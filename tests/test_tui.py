@@ -308,6 +308,20 @@ async def test_baseline_then_compare() -> None:
         assert app.screen is app.live
 
 
+async def test_a_baseline_marked_in_compare_is_named_for_the_snapshot_it_took() -> None:
+    """After `ppwtop compare A B`, 'b' marks the current snapshot (B) as the baseline: the
+    left side no longer carries A's name (it did, over a Δ of 0 against B itself)."""
+    a, b = make_snapshot(), make_snapshot(idle_j=140.0)
+    app = PpwtopApp(StaticFeed(b, label="b.json"), baseline=a, names=("a.json", "b.json"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert app.compare_names == ("a.json", "b.json")
+        await pilot.press("b")
+        assert app.baseline is app.snapshot
+        left, right = app.compare_names
+        assert left.startswith("b.json at ") and right == "b.json"
+
+
 async def test_markup_in_names_is_shown_literally() -> None:
     name = "void f<float>[with T=[b]x[/b]]"
     app = PpwtopApp(StaticFeed(make_snapshot({name: (10.0, 0.1, 3)}), label="[red]lbl"))

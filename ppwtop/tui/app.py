@@ -251,6 +251,11 @@ class PpwtopApp(App[None]):
             self.notify("no snapshot to mark yet", severity="warning")
             return
         self.baseline = self.snapshot
+        # the marked snapshot is the current one: the left side's name says when it was taken
+        # (it kept the first file's name, e.g. after 'ppwtop compare A B')
+        at = self.snapshot.window.end_ns / 1e9
+        self.compare_names = (f"{self.label} at {datetime.fromtimestamp(at):%H:%M:%S}",
+                              self.compare_names[1])
         self.notify("baseline marked")
 
     def action_compare(self) -> None:
