@@ -19,7 +19,7 @@ from attribution.model import (
     Trace,
 )
 from attribution.panels import BUSY_BIN_NS, HIST_MIN_NS, panel_data, with_panels
-from attribution.snapshot import GpuInfo, SensorInfo, Snapshot
+from attribution.snapshot import GpuInfo, IdleRow, SensorInfo, Snapshot
 from ppwtop.tui.app import PpwtopApp
 from ppwtop.tui.compare import CompareScreen
 from ppwtop.tui.detail import DetailScreen
@@ -277,3 +277,28 @@ def test_panel_cache_equals_panel_data_over_sliding_windows() -> None:
         assert got == panel_data(window, start, start + span)
         assert got["busy"] and got["classes"]
     assert cache.panel_data([], T0, T0 + 1) == panel_data([], T0, T0 + 1)
+
+
+async def test_one_gpu_of_several_has_its_own_header_figures_and_shares() -> None:
+    """With GPU 1 selected the header's energy, average and P_idle are GPU 1's (its rows
+    partition its energy) and shares are of GPU 1's energy, not the run's; with all GPUs
+    shown, the copies and idle rows say their GPU, as the kernels do."""
+    s = two_gpu_snapshot()
+    idle1 = IdleRow(cause="host_stall", gpu=1, time_s=0.5, energy_j=20.0, count=3)
+    snap = dataclasses.replace(s, idle=(*s.idle, idle1))
+    app = PpwtopApp(StaticFeed(snap))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        other = app.live.query_one("#other", DataTable)
+        names = {other.get_row_at(i)[0].text for i in range(other.row_count)}
+        assert "1│idle host_stall" in names and "0│idle host_stall" in names
+        await pilot.press("g", "g")
+        assert app.gpu == 1
+        head = Text.from_markup(str(app.live.query_one("#header", Static).render())).plain
+        assert "100 J in 2.00 s" in head and "50.0 W avg" in head and "P_idle 40.0 W" in head
+        assert "now" not in head  # no power trace (a snapshot file): no "W now" to show
+        assert "closure" not in head  # the counter's closure is the run's
+        t = app.live.query_one("#kernels", DataTable)
+        assert t.get_cell("k:1:gpu1_only_kernel", "share").text.strip() == "80.0%"
+        assert "all GPUs" in str(app.live.query_one("#ineff", Static).border_title)

@@ -96,18 +96,24 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
         line1.append((2, f"[{colour}]dropped {fmt_num(dropped)}[/]"))
     t = snap.totals
     dur_s = snap.window.duration_s
-    avg_w = t.energy_j / dur_s if dur_s > 0 else math.nan
+    one = gpu is not None and len(snap.gpus) > 1  # one GPU of several: its own figures
+    energy_j = gpu_energy_j(snap, gpu) if one and gpu is not None else t.energy_j
+    p_idle_w = gpu_idle_w(snap, gpu) if one and gpu is not None else t.active_idle_w
+    avg_w = energy_j / dur_s if dur_s > 0 else math.nan
     now_w = float(power[1][-1]) if len(power[1]) else avg_w
     no_power = (gi is None or gi.sensor.field == "none") and not len(power[1])
     if no_power:
         line2: list[tuple[int, str]] = [
             (0, f"[yellow]no power data: times only[/] · {fmt_num(dur_s)} s")]
     else:
-        line2 = [(0, f"[b]{fmt_num(now_w)} W[/] now"), (1, f"{fmt_num(avg_w)} W avg"),
-                 (2, f"[b]{fmt_num(t.energy_j)} J[/] in {fmt_num(dur_s)} s"),
-                 *[(1, x) for x in _so_far(snap)],
-                 (4, f"P_idle {fmt_num(t.active_idle_w)} W")]
-    if t.measured_energy_j > 0:
+        # the run's figures (energy so far, closure against the counter) only for all GPUs
+        # "now" is the power trace's latest reading: a snapshot file has none to show
+        line2 = [*([(0, f"[b]{fmt_num(now_w)} W[/] now")] if len(power[1]) else []),
+                 (0 if not len(power[1]) else 1, f"{fmt_num(avg_w)} W avg"),
+                 (2, f"[b]{fmt_num(energy_j)} J[/] in {fmt_num(dur_s)} s"),
+                 *[(1, x) for x in (() if one else _so_far(snap))],
+                 (4, f"P_idle {fmt_num(p_idle_w)} W")]
+    if t.measured_energy_j > 0 and not one:
         line2.append((3, _closure(t)))
     line3: list[tuple[int, str]] = []
     st = snap.steps
@@ -129,6 +135,20 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
     if snap.warnings:
         line3.append((2, f"[yellow]⚠ {len(snap.warnings)}: {esc(snap.warnings[0])}[/]"))
     return "\n".join(_clip_markup(fit_line(x, width), width) for x in (line1, line2, line3))
+
+
+def gpu_energy_j(snap: Snapshot, gpu: int) -> float:
+    """One GPU's energy in the window: its kernels, copies and idle (they partition it)."""
+    return float(sum(r.energy_j for r in snap.kernels if r.gpu == gpu)
+                 + sum(r.energy_j for r in snap.copies if r.gpu == gpu)
+                 + sum(r.energy_j for r in snap.idle if r.gpu == gpu))
+
+
+def gpu_idle_w(snap: Snapshot, gpu: int) -> float:
+    """One GPU's active idle power, read off its idle rows (energy = P_idle × time)."""
+    rows = [r for r in snap.idle if r.gpu == gpu and r.time_s > 0]
+    time_s = sum(r.time_s for r in rows)
+    return sum(r.energy_j for r in rows) / time_s if time_s > 0 else snap.totals.active_idle_w
 
 
 def _clip_markup(line: str, width: int) -> str:
@@ -355,7 +375,9 @@ class LiveScreen(Screen[None]):
         snap = self.snapshot
         if snap is None or not tables:
             return
-        total = snap.totals.energy_j if snap.totals.energy_j > 0 else math.nan
+        shown_j = (gpu_energy_j(snap, gpu_sel) if gpu_sel is not None and len(snap.gpus) > 1
+                   else snap.totals.energy_j)  # shares of what is shown
+        total = shown_j if shown_j > 0 else math.nan
         rows: dict[str, Row] = {}
         needle = name_filter.lower()
 
@@ -386,7 +408,8 @@ class LiveScreen(Screen[None]):
             key = row_key(cr)
             rows[key] = cr
             orows.append((key, [
-                name_cell(f"copy {cr.kind}/{cr.memory}", 19, "" if cr.resolvable else "dim"),
+                name_cell(f"{cr.gpu}│" * multi_gpu + f"copy {cr.kind}/{cr.memory}", 19,
+                          "" if cr.resolvable else "dim"),
                 num_cell(cr.energy_j), pct_cell(cr.energy_j / total),
                 num_cell(cr.energy_j / cr.time_s if cr.time_s > 0 else math.nan),
                 num_cell(cr.time_s), num_cell(cr.calls),
@@ -398,14 +421,18 @@ class LiveScreen(Screen[None]):
             key = row_key(ir)
             rows[key] = ir
             orows.append((key, [
-                name_cell(f"idle {ir.cause}", 19), num_cell(ir.energy_j),
+                name_cell(f"{ir.gpu}│" * multi_gpu + f"idle {ir.cause}", 19),
+                num_cell(ir.energy_j),
                 pct_cell(ir.energy_j / total),
                 num_cell(ir.energy_j / ir.time_s if ir.time_s > 0 else math.nan),
                 num_cell(ir.time_s), num_cell(ir.count),
                 Cell(-math.inf, "P_idle × t", justify="left", style="dim")]))
         sync_table(self.query_one("#other", DataTable), orows, _OTHER_SORT[sort_key],
                    reverse=sort_key != "name")
-        self.query_one("#ineff", Static).update(ineff_text(snap))
+        ineff = self.query_one("#ineff", Static)
+        ineff.update(ineff_text(snap))
+        ineff.border_title = ("top inefficiencies · all GPUs" if gpu_sel is not None
+                              else "top inefficiencies")
         self.rows = rows
 
     # ------------------------------------------------------------------ selection, filter
