@@ -605,3 +605,17 @@ async def test_the_kernel_name_column_follows_the_terminal_width() -> None:
         assert t.virtual_size.width <= 90  # the interval column on screen, no scrolling
         await pilot.resize_terminal(150, 40)
         await wait_for(pilot, lambda: name_col() == (name_width(150), 3))
+
+
+async def test_question_mark_opens_the_keys_panel() -> None:
+    """'?' (or F1) shows the keys panel, as a user of top expects; it was only reachable
+    through the command palette."""
+    from textual.widgets import HelpPanel
+
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert not app.screen.query(HelpPanel)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert app.screen.query(HelpPanel)

@@ -70,6 +70,7 @@ class PpwtopApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as in top
+        Binding("question_mark,f1", "show_help_panel", "keys", show=False),
         Binding("space", "pause", "pause"),
         Binding("s", "cycle_sort", "sort"),
         Binding("slash", "filter", "filter"),
