@@ -64,9 +64,10 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
 
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
             workload_seed: int | None = None, *, files: bool = False,
-            locked_polls: bool = False) -> dict[str, Any]:
-    spec = (dataclasses.replace(SCENARIOS[scenario], locked_polls=True) if locked_polls
-            else None)
+            locked_polls: bool = False, clock_wander: bool = False) -> dict[str, Any]:
+    spec = (dataclasses.replace(SCENARIOS[scenario], locked_polls=locked_polls,
+                                clock_wander=clock_wander)
+            if locked_polls or clock_wander else None)
     res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
                    workload_seed=workload_seed, spec=spec)
     truth, trace = res.truth, res.trace
@@ -246,12 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locked-polls", action="store_true",
                     help="with --files: nvidia-smi's polls in step with the sensor's publishes "
                          "(as in the real A100 and V100 logs) instead of free-running")
+    ap.add_argument("--clock-wander", action="store_true",
+                    help="the sensor's publish clock wanders against the host's (the "
+                         "simulator's clock_wander; with --locked-polls the polls follow it, "
+                         "as the real A100 200 s log's stamps do)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: accuracy_results.json, accuracy_files_results.json or "
                          "accuracy_files_locked_results.json beside this script")
     a = ap.parse_args(argv)
     if a.locked_polls and not a.files:
         ap.error("--locked-polls needs --files (the polls are what the CSV is written from)")
+    if a.clock_wander and a.out is None:
+        ap.error("--clock-wander needs --out (it is a check, not one of the kept tables)")
     if a.out is None:
         name = ("accuracy_files_locked_results.json" if a.locked_polls else
                 "accuracy_files_results.json" if a.files else "accuracy_results.json")
@@ -264,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in scen:
         for g in gpus:
             rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed, files=a.files,
-                                locked_polls=a.locked_polls))
+                                locked_polls=a.locked_polls, clock_wander=a.clock_wander))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
@@ -284,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine_version": _git_state(),
         "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
         "through_files": a.files, "locked_polls": a.locked_polls,
+        "clock_wander": a.clock_wander,
         "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -419,15 +419,16 @@ def _kernel_intervals(trace: Trace) -> tuple[dict[str, tuple[float, float]], flo
 
 
 def test_a_locked_log_whose_flips_are_unknown_spans_either_end_of_its_polls() -> None:
-    """Where the delay's flips cannot be placed (``poll_delay_flips`` None: fewer than 3 polls
-    per period with the delay flipping), the averaged model stays, and its intervals also
-    span the fits with every publish at the start and at the end of its poll interval, each
-    with its own lag.  The spanning only widens, and on these runs covers what the averaged
+    """Where the readings cannot be placed at their publish (``poll_delay_flips`` and
+    ``poll_grid_delays`` None), the averaged model stays, and its intervals also span the fits
+    with every publish at the start and at the end of its poll interval, each with its own
+    lag.  The spanning only widens, and on these runs covers what the averaged
     model alone misses (12 of 12 against 9 of 12)."""
     with_ends = without = widened = 0
     for trace, truth in _locked_runs():
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(pg, "poll_delay_flips", lambda *_: None)
+            mp.setattr(pg, "poll_grid_delays", lambda *_: None)
             ends, _ = _kernel_intervals(trace)
             mp.setattr(pg, "LOCKED_POLLS", 0.0)  # never locked: the averaged model alone
             alone, _ = _kernel_intervals(trace)
@@ -461,20 +462,22 @@ def test_a_locked_logs_readings_are_placed_one_delay_after_their_publish() -> No
     assert covered >= 11 and covered > covered_alone
 
 
-def _swinging(phase0_ms: float, swing_ms: float, seconds: float = 60.0, per_period: int = 8
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """``per_period`` polls evenly in each period of a 100 ms sensor (12.5 ms apart), kept at
-    one phase of it, the phase swinging ``swing_ms`` about ``phase0_ms`` over 20 s: the stamps
-    of the new values and the polls."""
-    per, gap = 100.0 * MS, 100.0 / per_period * MS
-    n = int(seconds * 1e3 / 100.0)
+def _swinging(phase0_ms: float, swing_ms: float, seconds: float = 60.0, per_period: int = 8,
+              period_ms: float = 100.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``per_period`` polls evenly in each period of a sensor publishing every ``period_ms``,
+    kept at one phase of it, the phase swinging ``swing_ms`` about ``phase0_ms`` over 20 s:
+    the stamps of the new values (ms, as nvidia-smi prints them), the polls, and the publish
+    each stamp shows."""
+    per, gap = period_ms * MS, period_ms / per_period * MS
+    n = int(seconds * 1e3 / period_ms)
     j = np.arange(n)
-    phase = (phase0_ms + swing_ms * np.sin(2 * np.pi * j * 0.1 / 20.0)) * MS
+    phase = (phase0_ms + swing_ms * np.sin(2 * np.pi * j * period_ms * 1e-3 / 20.0)) * MS
     polls = np.sort(np.rint((j * per + phase)[:, None] + np.arange(per_period)[None, :] * gap)
                     .reshape(-1).astype(np.int64))
     pub = np.rint(j * per + 50.0 * MS).astype(np.int64)
     first = polls[np.searchsorted(polls, pub, side="left").clip(0, len(polls) - 1)]
-    return np.unique(first // MS * MS), polls // MS * MS
+    t, i = np.unique(first // MS * MS, return_index=True)
+    return t, polls // MS * MS, pub[i]
 
 
 def test_locked_polls_whose_phase_crosses_a_publish_are_placed_back_by_a_poll_gap() -> None:
@@ -484,7 +487,7 @@ def test_locked_polls_whose_phase_crosses_a_publish_are_placed_back_by_a_poll_ga
     part of the log; each reading shown a gap later is placed back, and the delay is one
     again (within the swing and the stamps' millisecond)."""
     for phase0_ms, moved in ((6.0, False), (0.5, True)):
-        t, polls = _swinging(phase0_ms, 1.5)
+        t, polls, _ = _swinging(phase0_ms, 1.5)
         assert pg.poll_phase_scatter(t, polls, 100.0) < pg.LOCKED_POLLS  # both locked
         flips = pg.poll_delay_flips(t, polls, 100.0)
         assert flips is not None
@@ -502,9 +505,73 @@ def test_with_two_polls_per_period_only_a_log_that_never_flips_is_placed() -> No
     """50 ms apart, a flip of +50 ms reads as one of −50 ms: a steady log keeps one delay
     (zeros), one that crosses a publish is not placed (None: the intervals span either end of
     the poll interval, as for any locked log before)."""
-    steady, steady_polls = _swinging(20.0, 1.5, per_period=2)
-    flipping, flipping_polls = _swinging(0.5, 1.5, per_period=2)
+    steady, steady_polls, _ = _swinging(20.0, 1.5, per_period=2)
+    flipping, flipping_polls, _ = _swinging(0.5, 1.5, per_period=2)
     flips = pg.poll_delay_flips(steady, steady_polls, 100.0)
     assert flips is not None and not flips.any()
     assert pg.poll_delay_flips(flipping, flipping_polls, 100.0) is None
     assert pg.poll_delay_flips(steady[:10], steady_polls, 100.0) is None  # too few readings
+
+
+@pytest.mark.parametrize("per_period", [8, 2])
+def test_locked_polls_are_placed_at_their_publish_wherever_their_phase_wanders(
+        per_period: int) -> None:
+    """The poll phase swings ±1.5 ms.  About 6 ms from a publish it never crosses one: every
+    new value is shown about one delay after its publish.  Within 0.5 ms of one it keeps
+    crossing: the delay flips between ~0 and a whole poll gap (12.5 ms, or 50 ms with two
+    polls a period, where a flip forward reads as one back) for a good part of the log.
+    Either way each reading is moved to its publish, up to one delay: what is left is the
+    stamps' millisecond, not the swing nor the flips."""
+    for phase0_ms in (6.0, 0.5):
+        t, polls, pub = _swinging(phase0_ms, 1.5, per_period=per_period)
+        assert pg.poll_phase_scatter(t, polls, 100.0) < pg.LOCKED_POLLS  # both locked
+        delays = pg.poll_grid_delays(t, polls, 100.0)
+        assert delays is not None
+        shown, placed = (t - pub) / MS, (t - delays - pub) / MS
+        assert np.ptp(placed) <= 1.5
+        assert np.ptp(shown) >= (10.0 if phase0_ms < 1 else 2.5)
+
+
+def test_the_placing_measures_the_publish_period_itself() -> None:
+    """The grid's measured period is off by 4 µs (the host's clock against the sensor's, or
+    the median slope's error; 6e-5 of it seen on the simulator): over 3 000 publishes of 20 ms
+    the stamps' phase would drift by 12 ms.  The placing finds the period the stamps keep, and every
+    reading lands within the stamps' millisecond of one delay after its publish."""
+    t, polls, pub = _swinging(3.0, 1.5, per_period=2, period_ms=20.0)
+    delays = pg.poll_grid_delays(t, polls, 20.004)
+    assert delays is not None
+    assert np.ptp((t - delays - pub) / MS) <= 1.5
+
+
+def test_stamps_at_no_one_delay_are_not_placed() -> None:
+    """Too few readings, or stamps all round the period (no arc of it holds them): None, and
+    the averaged model stays."""
+    t, polls, _ = _swinging(3.0, 1.5)
+    assert pg.poll_grid_delays(t[:10], polls, 100.0) is None  # too few readings
+    rng = np.random.default_rng(1)
+    scattered = np.sort(np.arange(600) * 100 * MS + rng.integers(0, 100 * MS, 600))
+    grid = np.arange(0, 60_000 * MS, 12_500_000, dtype=np.int64)
+    assert pg.poll_grid_delays(scattered, grid, 100.0) is None
+
+
+def _placing_line(trace: Trace) -> str:
+    lines = [w for w in attribute(trace, n_boot=5).warnings if "ran in step" in w]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def test_a_locked_log_is_moved_onto_the_sensors_grid_only_where_its_fit_prefers_it() -> None:
+    """Two placings of a locked log's readings: by the delay's flips (the stamps kept) or
+    onto the sensor's publish grid (the polls' own wander taken off too).  Where the sensor
+    keeps its period on the host's clock and the polls wander, the grid fits better and is
+    kept.  Where the sensor's clock wanders against the host's (``clock_wander``: the stamps
+    follow their publishes, as the real A100 200 s log's do, ±15 ms over minutes) a straight
+    grid misplaces them, and the stamps are kept (60 s: over 30 s this wander is close to a
+    straight line, which the grid's measured period takes up)."""
+    for wander in (False, True):
+        spec = dataclasses.replace(SCENARIOS["lag_10"], locked_polls=True, clock_wander=wander)
+        trace = through_files(simulate(scenario="lag_10", gpu="h200", seconds=60.0, seed=7,
+                                       spec=spec).trace)
+        line = _placing_line(trace)
+        assert ("sensor's grid" in line) is not wander
+        assert ("poll gap later" in line) is wander

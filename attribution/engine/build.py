@@ -62,6 +62,7 @@ from attribution.engine.timebase import (
     LAG_FINE_MS,
     LAG_GRID_MS,
     LagMatrices,
+    Readings,
     Sensor,
     fit_lag,
     fit_lag_response,
@@ -479,22 +480,56 @@ def _clipped(items: Items, win: tuple[int, int]) -> tuple[I64, I64]:
     return np.clip(items.start_ns, win[0], win[1]), np.clip(items.end_ns, win[0], win[1])
 
 
-def locked_polls_warning(device: int, scatter: float, *, flipped: float | None = None) -> str:
+def locked_polls_warning(device: int, scatter: float, *, flipped: float | None = None,
+                         grid_iqr_ms: float | None = None) -> str:
     """The snapshot's warning line for a power log whose polls ran in step with the sensor
     (``flipped``: the share of readings placed a poll gap earlier, the delay from publish to
-    stamp then taken as one, fitted with the lag; None: not placed)."""
-    how = (f"one delay after its publish, fitted with the lag ({100 * flipped:.0f}% of them "
-           "shown a poll gap later, where the poll phase crossed a publish, placed back); the "
-           "per-class intervals also span the fits with the publishes at either end of the "
-           "poll interval and the poll-interval average"
-           if flipped is not None else
-           "about the same point of its poll interval, which point is unknown: the per-class "
-           "intervals span either end")
+    stamp then taken as one, fitted with the lag; ``grid_iqr_ms``: the readings were moved
+    to their publish on the sensor's grid instead, and the delays taken off spread this
+    much; both None: not placed)."""
+    ends = ("; the per-class intervals also span the fits with the publishes at either end of "
+            "the poll interval and the poll-interval average")
+    if grid_iqr_ms is not None:
+        how = ("one delay after its publish, fitted with the lag (each reading moved to its "
+               f"publish on the sensor's grid, the delays taken off {grid_iqr_ms:.1f} ms IQR: "
+               "the fit's residual preferred it to the stamps)" + ends)
+    elif flipped is not None:
+        how = (f"one delay after its publish, fitted with the lag ({100 * flipped:.0f}% of "
+               "them shown a poll gap later, where the poll phase crossed a publish, placed "
+               "back)" + ends)
+    else:
+        how = ("about the same point of its poll interval, which point is unknown: the "
+               "per-class intervals span either end")
     return (f"GPU {device}: the power log's polls ran in step with the sensor (each new value "
             f"at one phase of the poll cycle: scatter {scatter:.2f} of the poll gap), so each "
             f"reading was shown {how}, and may still be too narrow (simulated: 90% coverage "
             "against 93% with free-running polls); `ppwtop record` keeps NVML's own "
             "timestamps")
+
+
+def _locked_placing(busy: Callable[[I64], F64], rd: Readings, idx: I32, window_ms: float
+                    ) -> tuple[I64 | None, bool]:
+    """A locked log's readings: placed by the delay's flips (or, where those are not told,
+    spread over their poll interval) or moved to their publish on the sensor's grid
+    (``Readings.delay_grid_ns``), whichever the fit's residual at its own best lag and
+    response prefers.  The grid's placing assumes the publishes keep one period on the
+    host's clock; where the sensor's clock wanders against it (the real A100 200 s log: its
+    stamps' phase moves ±15 ms over minutes) the stamps follow their publishes and the grid
+    misplaces them.  Returns (the delays to take off, whether the grid's)."""
+    flips, grid = rd.delay_flip_ns, rd.delay_grid_ns
+    if grid is None:
+        return flips, False
+    y = rd.power_w[idx]
+
+    def rss(t_read: I64, spread: I64 | None) -> float:
+        t_k, sp = t_read[idx], None if spread is None else spread[idx]
+        lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss, spread_ns=sp)
+        return regress.quick_rss(window_fractions(busy, t_k, window_ms, lag, tau,
+                                                  spread_ns=sp), y)
+
+    stamps = (rss(rd.t_ns, rd.spread_ns) if flips is None else rss(rd.t_ns - flips, None))
+    on_grid = rss(rd.t_ns - grid, None) < stamps
+    return (grid, True) if on_grid else (flips, False)
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
@@ -554,12 +589,17 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
-    # the delay's flips by a poll gap, where the poll phase crosses a publish, are taken off
-    flips = rd.delay_flip_ns
+    # the delay's flips by a poll gap are taken off, or moved to its publish on the sensor's
+    # grid, whichever placing the readings fit better
+    flips, on_grid = (_locked_placing(busy, rd, idx, window_ms) if len(y) >= 8 and n_groups
+                      else (rd.delay_flip_ns, False))
     t_read = rd.t_ns if flips is None else rd.t_ns - flips
     if polls_locked:
         warnings.append(locked_polls_warning(
-            device, poll_lock, flipped=None if flips is None else float(np.mean(flips != 0))))
+            device, poll_lock,
+            flipped=None if flips is None or on_grid else float(np.mean(flips != 0)),
+            grid_iqr_ms=float(np.subtract(*np.percentile(flips, [75, 25]))) / 1e6
+            if flips is not None and on_grid else None))
     if source == "measured" and len(y) >= 8 and n_groups:
         window_ms = _fit_window(busy, t_read, rd.power_w, period_ms, win,
                                 spread_ns=rd.spread_ns if flips is None else None)
@@ -670,11 +710,16 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # (placed by the delay's flips, the fit above has them at one point; the
             # poll-interval average too then, should the placing be wrong; the stamps as
             # shown only where the placing moved some: else they are the fit above's)
+            # moved onto the sensor's grid (a measured delay, ~1 ms: no end of the poll
+            # interval to span), the one end fit is the placing the residual passed over
             t_shown = rd.t_ns[idx]
             moved = flips is None or bool(flips.any())
+            alt = rd.delay_flip_ns
             placings: tuple[tuple[I64, I64 | None], ...] = (
-                (t_shown - sp_poll, None), *(((t_shown, None),) if moved else ()),
-                *(() if flips is None else ((t_shown, sp_poll),)))
+                (((t_shown - alt[idx], None) if alt is not None else (t_shown, sp_poll)),)
+                if on_grid else
+                ((t_shown - sp_poll, None), *(((t_shown, None),) if moved else ()),
+                 *(() if flips is None else ((t_shown, sp_poll),))))
             for t_end, sp_end in placings:
                 lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
                                                 spread_ns=sp_end)

@@ -7,7 +7,7 @@ poll), the sensor's publish period (the grid's, not the spacing of changes of va
 readings such a log hides when the sensor publishes the same value again (it marks readings
 by a change of value), the narrowing of the intervals by the publish grid, and, for a log
 whose polls keep the sensor's period, how locked they are and where the delay from publish to
-stamp flips by a poll gap.
+stamp is, so that each reading can be moved to its publish.
 
 One poll alone only says the reading was published since the previous poll (≈ 12 ms at
 ``-lms 10``, half an A100 window).  But the sensor publishes on a regular period T (the SC'24
@@ -57,6 +57,18 @@ POLL_WRAPS = 0.02
 """Locked polls with fewer than 3 per period (a flip's direction not told) keep one delay
 from publish to stamp where under this share of the readings lie on the rarer side of the
 stamps' phase jumps (each over half a poll gap)."""
+ARC_SHARE = 0.99
+"""Locked polls: the share of the readings the arc of their stamps' phases must hold (the
+rest, a stray stamp, does not set where the publishes sit)."""
+ARC_MAX = 0.75
+"""Locked polls whose stamps' phases need more than this share of the period are not placed
+(one delay after the publish would not describe them)."""
+PERIOD_REFINE = (3e-4, 61)
+"""The period's refinement for placing locked polls: ± this relative span in this many
+steps, then again round the best at one step's span (its steps 3e-7 relative: a drift under
+0.05 ms over 10 000 periods of 20 ms)."""
+REFINE_READINGS = 20_000
+"""Readings the period's refinement looks at (a longer log is thinned evenly)."""
 PHASE_RUN = 21
 """Readings over which the stamps' phase is taken as locally constant (its running median)."""
 PERIOD_READINGS = 1024
@@ -241,6 +253,55 @@ def poll_delay_flips(t_ns: I64, polls_ns: I64, period_ms: float) -> I64 | None:
     k = np.concatenate(([0], np.cumsum(jump))).astype(np.int64)
     vals, n = np.unique(k, return_counts=True)
     return np.asarray(np.rint((k - vals[np.argmax(n)]) * gap), np.int64)
+
+
+def _occupied_arc(x_ns: F64, per_ns: float, q: int) -> tuple[float, float]:
+    """The shortest arc of a circle of ``per_ns`` holding ``q`` of the points ``x_ns`` (taken
+    round it): its start and length."""
+    ph = np.sort(np.mod(x_ns, per_ns))
+    n = len(ph)
+    ext = np.concatenate((ph, ph[: q - 1] + per_ns))
+    lengths = ext[q - 1: q - 1 + n] - ext[:n]
+    i = int(np.argmin(lengths))
+    return float(ph[i]), float(lengths[i])
+
+
+def poll_grid_delays(t_ns: I64, polls_ns: I64, period_ms: float) -> I64 | None:
+    """For locked polls (under ``LOCKED_POLLS``): how much later than the log's median delay
+    after its publish each reading was shown (ns; the readings moved back by it sit one
+    delay after their publish, which the lag absorbs).
+
+    A locked poll shows each new value less than a poll gap after its publish, and the
+    publishes keep their grid, so the stamps' phase on the grid stays inside an arc of about
+    a gap (the poll phase's wander, its flips by a gap where it crosses a publish, the stamps'
+    millisecond), a short part of the period.  That arc's start is where the publishes sit
+    (plus the shortest delay), so each reading's delay is its phase past the start.  The
+    period is refined first (``PERIOD_REFINE``: the grid's measured period drifts the phase by
+    its error every period, and the arc is shortest at the right one); the arc is the
+    shortest one holding ``ARC_SHARE`` of the readings, and a reading outside it counts from
+    the nearer end.  None where :func:`_stamp_phase` is None or the arc is no short part of
+    the period (over ``ARC_MAX`` of it: not one delay)."""
+    got = _stamp_phase(t_ns, polls_ns, period_ms)
+    if got is None:
+        return None
+    x = (t_ns - t_ns[0]).astype(np.float64)
+    q = max(2, int(np.ceil(ARC_SHARE * len(x))))
+    per = period_ms * 1e6
+    sub = x[:: max(1, len(x) // REFINE_READINGS)]  # the search on a thinned log
+    q_sub = max(2, int(np.ceil(ARC_SHARE * len(sub))))
+    span, steps = PERIOD_REFINE
+    best = per
+    for _ in range(2):  # coarse, then round the coarse best
+        cands = best * (1.0 + np.linspace(-span, span, steps))
+        best = float(cands[int(np.argmin([_occupied_arc(sub, c, q_sub)[1] for c in cands]))])
+        span *= 2.0 / (steps - 1)
+    start, length = _occupied_arc(x, best, q)
+    if length > ARC_MAX * best:
+        return None
+    past = np.mod(x - start, best)  # the phase past the arc's start, in [0, period)
+    before = past > 0.5 * (length + best)  # nearer the arc's start from below it
+    delay = np.where(before, past - best, past)
+    return np.asarray(np.rint(delay - np.median(delay)), np.int64)
 
 
 def publish_spread(polls_ns: I64, t_ns: I64, period_ms: float) -> I64:

@@ -58,8 +58,13 @@ class Readings:
     delay_flip_ns: I64 | None = None
     """Poll-timestamped readings whose polls are locked: how much later than the log's usual
     delay after its publish each reading was shown (``publish_grid.poll_delay_flips``; whole
-    poll gaps); None: polls not locked, or the flips not told (the readings are then not
-    placed)."""
+    poll gaps); None: polls not locked, or the flips not told."""
+    delay_grid_ns: I64 | None = None
+    """Poll-timestamped readings whose polls are locked: how much later than the log's median
+    delay after its publish each reading was shown, its publish taken on the sensor's grid
+    (``publish_grid.poll_grid_delays``); None: polls not locked, or their stamps not at one
+    delay.  Where both this and ``delay_flip_ns`` are given the engine keeps the placing its
+    fit's residual prefers (``build``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -107,9 +112,10 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
             t, w, polls, period, hidden_repeats=hidden,
             sensor_period_ms=_preset_period(preset, f))
         lock = publish_grid.poll_phase_scatter(stamps, polls, period)
-        flips = (publish_grid.poll_delay_flips(t, polls, period)
-                 if lock < publish_grid.LOCKED_POLLS else None)  # NaN: not judged
-        return Readings(f, t, w, period, spread, lock, flips)
+        locked = lock < publish_grid.LOCKED_POLLS  # NaN: not judged
+        flips = publish_grid.poll_delay_flips(t, polls, period) if locked else None
+        grid = publish_grid.poll_grid_delays(t, polls, period) if locked else None
+        return Readings(f, t, w, period, spread, lock, flips, grid)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
 

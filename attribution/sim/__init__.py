@@ -112,7 +112,8 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     # sensor, counter, clocks
     su = setup(preset, rng, spec.lag_ms, spec.average_only)
     span = (t0 - 1_000_000_000, tl.window_end_ns + 1_000_000_000)
-    power, energy = sense(su, power_w, g0, span, rng, locked_polls=spec.locked_polls)
+    power, energy = sense(su, power_w, g0, span, rng, locked_polls=spec.locked_polls,
+                          clock_wander=spec.clock_wander)
     s1 = ~tl.stream2
     clk = clocks(preset, power_w, g0, span, busy_start_ns=tl.start_ns[s1],
                  busy_end_ns=tl.end_ns[s1], clamps=tl.clamp_windows)

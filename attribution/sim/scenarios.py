@@ -77,6 +77,7 @@ class ScenarioSpec:
     lag_ms: float | None = None  # sensor lag override
     average_only: bool = False  # only the 1 s average field is published
     locked_polls: bool = False  # nvidia-smi's polls run in step with the sensor's publishes
+    clock_wander: bool = False  # the sensor's publish clock wanders against the host's
     default_gpu: str = "a100"
 
 

@@ -9,6 +9,7 @@ rounded to mW; the energy counter is ``E0 + gain × ∫ true power`` in mJ.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 from scipy.signal import lfilter
@@ -63,21 +64,25 @@ def _mw(values_w: F64, gain: float) -> I64:
 
 
 def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, int],
-          rng: np.random.Generator, *, locked_polls: bool = False
+          rng: np.random.Generator, *, locked_polls: bool = False, clock_wander: bool = False
           ) -> tuple[PowerBatch, EnergyBatch]:
     """Published readings (fresh) + a poll stream (fresh=False), and the energy counter.
     ``locked_polls``: the poll stream runs in step with the fastest field's publishes
-    (:func:`locked_poll_times`) instead of free."""
+    (:func:`locked_poll_times`) instead of free.  ``clock_wander``: the publishes keep their
+    period on the sensor's own clock, which wanders against the host's
+    (:func:`clock_wander_ns`); locked polls follow them."""
     cum = cumulative_j(power_w)
     a, b = span
+    wander = (clock_wander_ns(a, b, np.random.default_rng(setup_.phase_ns + 1))
+              if clock_wander else None)
     parts: list[PowerBatch] = []
     by_period: dict[float, I64] = {}
     for field, sm in sorted(setup_.fields.items()):
         if sm.period_ms not in by_period:
             k = np.arange(int((b - a) / (sm.period_ms * MS)) + 1)
             jit = rng.normal(0.0, PUBLISH_JITTER_MS * MS, len(k))
-            by_period[sm.period_ms] = (a + setup_.phase_ns + np.rint(k * sm.period_ms * MS + jit)
-                                       ).astype(np.int64)
+            t_pub = (a + setup_.phase_ns + np.rint(k * sm.period_ms * MS + jit)).astype(np.int64)
+            by_period[sm.period_ms] = t_pub if wander is None else t_pub + wander(t_pub)
         t = by_period[sm.period_ms]
         hi = t - round(sm.lag_ms * MS)
         lo = hi - round(sm.window_ms * MS)
@@ -93,7 +98,7 @@ def sense(setup_: SensorSetup, power_w: F64, grid_t0_ns: int, span: tuple[int, i
     if locked_polls:
         fast = min(sm.period_ms for sm in setup_.fields.values())
         polls = locked_poll_times(a + setup_.phase_ns, fast, int(polls[0]), b,
-                                  np.random.default_rng(setup_.phase_ns))
+                                  np.random.default_rng(setup_.phase_ns), wander=wander)
     polls = polls[polls < b]
     for p in list(parts):
         idx = np.searchsorted(p.t_ns, polls, side="right") - 1
@@ -123,14 +128,43 @@ LOCKED_JITTER_MS = 0.3
 includes the stamps' ms truncation)."""
 
 
+CLOCK_WANDER_MS = (8.0, 60.0, 5.0)
+"""(sd, correlation time s, knot spacing s) of the sensor's publish clock against the host's,
+with ``clock_wander``: smooth, from knots of an Ornstein-Uhlenbeck process joined by straight
+lines (the real A100 200 s log: its locked stamps' phase on the publish grid moves about
+±15 ms over minutes, 3-5 ms per 10 s, while its stamps scatter 0.07 of a poll gap about a
+2 s running phase; and its readings fit the power better at their stamps than moved onto a
+straight grid, so the publishes move with them)."""
+
+
+def clock_wander_ns(a_ns: int, b_ns: int, rng: np.random.Generator
+                    ) -> Callable[[I64], I64]:
+    """The sensor's clock against the host's over ``[a_ns, b_ns]``: an Ornstein-Uhlenbeck
+    offset (``CLOCK_WANDER_MS``) drawn at knots and interpolated; returns t ↦ offset."""
+    sd_ms, tau_s, step_s = CLOCK_WANDER_MS
+    n = int((b_ns - a_ns) / (step_s * 1e9)) + 2
+    c = float(np.exp(-step_s / tau_s))
+    shocks = rng.normal(0.0, sd_ms * np.sqrt(1.0 - c * c), n)
+    shocks[0] = rng.normal(0.0, sd_ms)
+    knots_ms = lfilter([1.0], [1.0, -c], shocks)
+    knots_t = a_ns + np.arange(n) * step_s * 1e9
+
+    def at(t_ns: I64) -> I64:
+        return np.asarray(np.rint(np.interp(t_ns, knots_t, knots_ms) * MS), np.int64)
+
+    return at
+
+
 def locked_poll_times(grid0_ns: int, period_ms: float, first_ns: int, end_ns: int,
-                      rng: np.random.Generator) -> I64:
+                      rng: np.random.Generator, *,
+                      wander: Callable[[I64], I64] | None = None) -> I64:
     """nvidia-smi polls in step with a sensor publishing every ``period_ms`` from
     ``grid0_ns`` (seen in the real A100 and V100 logs in ../shared: the poll loop keeps the
     sensor's period, so each new value is first shown by the poll at about the same phase
     after its publish, for tens to thousands of readings): ``round(period / 12.5 ms)`` polls
     per period at even spacing, at a phase that wanders slowly (an Ornstein-Uhlenbeck
-    process, ``LOCKED_WANDER_MS``) plus per-poll jitter, from ``first_ns`` to ``end_ns``."""
+    process, ``LOCKED_WANDER_MS``) plus per-poll jitter, from ``first_ns`` to ``end_ns``;
+    ``wander``: the sensor's clock against the host's, which the polls follow."""
     per_ns = period_ms * MS
     k = max(1, round(period_ms / LOCKED_POLL_MS))
     j0 = int(np.floor((first_ns - grid0_ns) / per_ns))
@@ -143,6 +177,8 @@ def locked_poll_times(grid0_ns: int, period_ms: float, first_ns: int, end_ns: in
     phase0_ms = rng.uniform(0.0, period_ms / k)
     j = j0 + np.arange(n_per)
     base = grid0_ns + j * per_ns + (phase0_ms + wander_ms) * MS
+    if wander is not None:
+        base = base + wander(np.rint(base).astype(np.int64))
     t = (base[:, None] + np.arange(k)[None, :] * (per_ns / k)).reshape(-1)
     t = t + rng.normal(0.0, LOCKED_JITTER_MS * MS, len(t))
     t = np.sort(np.rint(t).astype(np.int64))
