@@ -237,6 +237,9 @@ def poll_grid(ctx: Context) -> dict[str, Any]:
         d25, _, d75 = out["placed_delay_ms_quartiles"]
         out["summary"] += (f"; {out['delay_flip_share']:.1%} placed back a poll gap, delay "
                            f"after placing IQR {d75 - d25:.1f} ms")
+    if out.get("grid_delay_ms_quartiles"):
+        g25, _, g75 = out["grid_delay_ms_quartiles"]
+        out["summary"] += f"; moved onto the sensor's grid, delay IQR {g75 - g25:.1f} ms"
     return out
 
 

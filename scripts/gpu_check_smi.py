@@ -122,6 +122,11 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
               and np.isfinite(rd.poll_lock) else None)
     flips = rd.delay_flip_ns[inside_span] if rd.delay_flip_ns is not None else None
     placed_ms = (t - flips - shown) / 1e6 if flips is not None else None
+    # ... or moved onto the sensor's publish grid (publish_grid.poll_grid_delays): a small
+    # spread says the board's publishes keep one period on the host's clock, which the grid's
+    # placing assumes (the simulator's do; the real A100 200 s log's did not)
+    grid = rd.delay_grid_ns[inside_span] if rd.delay_grid_ns is not None else None
+    grid_ms = (t - grid - shown) / 1e6 if grid is not None else None
     return {
         "poll_lock": rd.poll_lock,
         "polls_locked": locked,
@@ -132,6 +137,8 @@ def check(log: Trace, nvml_publish_ns: I64) -> dict[str, Any]:
         "delay_flip_share": float(np.mean(flips != 0)) if flips is not None else None,
         "placed_delay_ms_quartiles": ([float(q) for q in np.percentile(placed_ms, [25, 50, 75])]
                                       if placed_ms is not None and len(placed_ms) else None),
+        "grid_delay_ms_quartiles": ([float(q) for q in np.percentile(grid_ms, [25, 50, 75])]
+                                    if grid_ms is not None and len(grid_ms) else None),
         "readings": len(t),
         "poll_interval_ms_median": float(np.median(raw)) / 1e6,
         "narrowed_ms_median": float(np.median(s)) / 1e6 if len(s) else None,
