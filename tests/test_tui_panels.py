@@ -302,3 +302,22 @@ async def test_one_gpu_of_several_has_its_own_header_figures_and_shares() -> Non
         t = app.live.query_one("#kernels", DataTable)
         assert t.get_cell("k:1:gpu1_only_kernel", "share").text.strip() == "80.0%"
         assert "all GPUs" in str(app.live.query_one("#ineff", Static).border_title)
+
+
+async def test_compare_shows_whole_delta_columns_and_folded_mechanism_names() -> None:
+    """At 120 columns the Δ% column is whole (the table was one cell too narrow: '+8.' and a
+    scrollbar), and the mechanisms' C++ kernel names are folded as in the tables, one line
+    each (they wrapped over 5-10 lines, leaving room for one or two of the six)."""
+    long = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::"
+            "BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, float*)")
+    a = make_snapshot({long: (100.0, 0.5, 10), "gemm": (300.0, 0.5, 100)})
+    b = make_snapshot({long: (108.4, 0.5, 10), "gemm": (330.0, 0.5, 100)})
+    app = PpwtopApp(StaticFeed(b), baseline=a, start_compare=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.pause()
+        t = app.screen.query_one("#deltas", DataTable)
+        assert t.virtual_size.width <= t.scrollable_content_region.width
+        assert t.get_cell(f"kernel:{long}", "p").text == "+8.4%"
+        mech = str(app.screen.query_one("#mechanisms", Static).render())
+        assert "vectorized_layer_norm_kernel<…>" in mech and "c10::BFloat16 const*" not in mech

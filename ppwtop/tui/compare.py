@@ -17,7 +17,16 @@ from textual.widgets import DataTable, Footer, Static
 
 from attribution.diff import METRIC_STEP, diff
 from attribution.snapshot import Snapshot
-from ppwtop.tui.widgets import Cell, esc, fmt_num, name_cell, num_cell, short_name, sync_table
+from ppwtop.tui.widgets import (
+    Cell,
+    clip,
+    esc,
+    fmt_num,
+    name_cell,
+    num_cell,
+    short_name,
+    sync_table,
+)
 
 
 def class_energies(s: Snapshot) -> dict[str, float]:
@@ -73,8 +82,10 @@ def verdict_and_mechanisms(a: Snapshot, b: Snapshot) -> tuple[str, str]:
     for m in mechs:
         c = "red" if m.delta_j > 0 else "green" if m.delta_j < 0 else "dim"
         owner = f" [dim]({esc(m.owner)})[/]" if m.owner else ""
+        name = (f"kernel:{short_name(m.mechanism[7:])}" if m.mechanism.startswith("kernel:")
+                else m.mechanism)  # C++ names folded as in the tables, one line each
         lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {m.share_of_delta * 100:+.0f}%  "
-                     f"{esc(m.mechanism)}{owner}")
+                     f"{esc(clip(name, 60))}{owner}")
     return verdict, "\n".join(lines) if lines else "[dim]no mechanism moved[/]"
 
 
