@@ -321,3 +321,24 @@ async def test_compare_shows_whole_delta_columns_and_folded_mechanism_names() ->
         assert t.get_cell(f"kernel:{long}", "p").text == "+8.4%"
         mech = str(app.screen.query_one("#mechanisms", Static).render())
         assert "vectorized_layer_norm_kernel<…>" in mech and "c10::BFloat16 const*" not in mech
+
+
+def test_the_busy_band_stretches_as_the_power_graph_does() -> None:
+    """With fewer readings than columns Sparkline stretches each reading over several
+    columns; the band's cells must follow (they were left-packed, so a band column sat under
+    another time than its bar), one value per cell, in order, the last one at the end."""
+    from textual.renderables.sparkline import Sparkline as Spark
+
+    from ppwtop.tui.live import bucket_means
+
+    vals = np.arange(7, dtype=np.float64)
+    cells = bucket_means(vals, 20)
+    assert len(cells) == 20 and cells[0] == 0 and cells[-1] == 6
+    assert np.all(np.diff(cells) >= 0) and set(cells) == set(vals)
+    # the same cell → value map as the power graph's renderable
+    buckets = tuple(Spark._buckets(list(vals), num_buckets=20))
+    step = len(buckets) / 20
+    assert [buckets[int(i * step)][0] for i in range(20)] == list(cells)
+    # more readings than columns: means of Sparkline's buckets, as before
+    many = np.arange(100, dtype=np.float64)
+    assert list(bucket_means(many, 10)) == [b.mean() for b in np.split(many, 10)]

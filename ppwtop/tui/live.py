@@ -188,12 +188,14 @@ BAND_CHARS = " ▁▂▃▄▅▆▇█"
 
 def bucket_means(values: np.ndarray, width: int) -> np.ndarray:
     """``values`` averaged into ``width`` buckets the way Sparkline splits its data (NaN
-    where a bucket has no finite value)."""
+    where a bucket has no finite value).  Fewer values than cells: each value spans the
+    cells Sparkline stretches it over (cell i shows value ⌊i·n/width⌋), so a band cell sits
+    under its bar (the values were left-packed: under the wrong times)."""
     n = len(values)
     if n == 0 or width <= 0:
         return np.full(max(width, 0), np.nan)
     if n <= width:
-        return values.astype(np.float64)
+        return values.astype(np.float64)[(np.arange(width) * n) // width]
     edges = (np.arange(width + 1) * n) // width
     out = np.full(width, np.nan)
     for i in range(width):  # width is a screen width (< 300), not a record count
