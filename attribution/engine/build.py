@@ -492,7 +492,8 @@ def locked_polls_warning(device: int, scatter: float, *, flipped: float | None =
     if grid_iqr_ms is not None:
         how = ("one delay after its publish, fitted with the lag (each reading moved to its "
                f"publish on the sensor's grid, the delays taken off {grid_iqr_ms:.1f} ms IQR: "
-               "the fit's residual preferred it to the stamps)" + ends)
+               "the fit's residual preferred it to the stamps); the per-class intervals also "
+               "span the fit at the stamps")
     elif flipped is not None:
         how = (f"one delay after its publish, fitted with the lag ({100 * flipped:.0f}% of "
                "them shown a poll gap later, where the poll phase crossed a publish, placed "
