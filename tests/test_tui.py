@@ -619,3 +619,25 @@ async def test_question_mark_opens_the_keys_panel() -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         assert app.screen.query(HelpPanel)
+
+
+async def test_the_live_tables_keys_are_not_offered_on_the_detail_screen() -> None:
+    """'s', '/' and 'g' act on the live screen's tables: the detail screen's footer does not
+    list them (it did, and they did nothing there); back on the live screen they are."""
+    from textual.widgets import Footer
+
+    def footer_keys() -> set[str]:
+        return {b.action for b in app.screen.active_bindings.values()
+                for b in [b.binding] if b.show} if app.screen.query(Footer) else set()
+
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert {"cycle_sort", "filter", "switch_gpu"} <= footer_keys()
+        await pilot.press("d")
+        assert isinstance(app.screen, DetailScreen)
+        assert not {"cycle_sort", "filter", "switch_gpu"} & footer_keys()
+        await pilot.press("s")
+        assert app.sort_key == "energy"  # inert there
+        await pilot.press("escape")
+        assert "cycle_sort" in footer_keys()

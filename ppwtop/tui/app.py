@@ -207,6 +207,12 @@ class PpwtopApp(App[None]):
 
     # ------------------------------------------------------------------ actions
 
+    LIVE_ONLY: ClassVar[frozenset[str]] = frozenset({"cycle_sort", "filter", "switch_gpu"})
+    """Actions on the live screen's tables: hidden from the footer (and inert) elsewhere."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in self.LIVE_ONLY and self.screen is not self.live)
+
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.live.refresh_view()
