@@ -342,3 +342,22 @@ def test_the_busy_band_stretches_as_the_power_graph_does() -> None:
     # more readings than columns: means of Sparkline's buckets, as before
     many = np.arange(100, dtype=np.float64)
     assert list(bucket_means(many, 10)) == [b.mean() for b in np.split(many, 10)]
+
+
+@pytest.mark.parametrize(("size", "dropped"), [((80, 24), "w"), ((120, 40), "ci"),
+                                              ((160, 48), None)])
+async def test_the_copies_and_idle_table_fits_its_width(size: tuple[int, int],
+                                                        dropped: str | None) -> None:
+    """The copies & idle table's columns fit the room it has at each breakpoint, so no
+    horizontal scrollbar takes one of its few rows (at 80x24 it did, and the interval was
+    cut; at 120 the interval sat behind the edge): under 110 columns the average W is left
+    out, from 110 to 149 the interval, from 150 nothing."""
+    app = PpwtopApp(StaticFeed(make_snapshot()))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        o = app.live.query_one("#other", DataTable)
+        keys = [c.value for c in o.columns]
+        assert (dropped is None and len(keys) == 7) or (dropped not in keys and len(keys) == 6)
+        assert o.virtual_size.width <= o.scrollable_content_region.width
+        assert o.row_count == 3

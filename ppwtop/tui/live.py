@@ -40,7 +40,22 @@ from ppwtop.tui.widgets import (
 SORT_KEYS = ("energy", "time", "calls", "name")
 # column index per sort key, per table (kernels / copies / idle)
 _KERNEL_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
-_OTHER_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
+_OTHER_SORT = {"energy": "e", "time": "t", "calls": "n", "name": "name"}  # column keys
+_OTHER_COLUMNS = (("class", "name", 19), ("J", "e", 6), ("share", "share", 6),
+                  ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
+                  ("90% CI dyn J", "ci", 16))
+_OTHER_KEYS = tuple(k for _, k, _ in _OTHER_COLUMNS)
+
+
+def other_column_keys(width: int) -> tuple[str, ...]:
+    """The copies & idle table's columns on a screen ``width`` wide (live.tcss's
+    breakpoints; all of them need 78 cells with their padding): from 150 columns it is 84
+    wide, all shown; from 110 it shares the row at 66, its interval left out; under 110 it
+    takes the row, a few cells short (the border, a scrollbar), its average W left out
+    (for an idle row that is P_idle). A column cut by the edge behind a scrollbar took a
+    row of the table at 80x24 and hid the interval at 120 columns."""
+    drop = () if width >= 150 else ("ci",) if width >= 110 else ("w",)
+    return tuple(k for _, k, _ in _OTHER_COLUMNS if k not in drop)
 GRAPH_POINTS = 200
 
 Row = KernelRow | CopyRow | IdleRow
@@ -284,6 +299,7 @@ class LiveScreen(Screen[None]):
         self.snapshot: Snapshot | None = None
         self.rows: dict[str, Row] = {}
         self._name_w = 40
+        self._other_keys: tuple[str, ...] = _OTHER_KEYS
         self._power: PowerTrace = (np.empty(0, np.int64), np.empty(0, np.float64))
 
     def compose(self) -> ComposeResult:
@@ -312,15 +328,20 @@ class LiveScreen(Screen[None]):
                                   ("90% CI dyn J", "ci", 16)):
             k.add_column(label, key=key, width=width)
 
+    def _other_columns(self, keys: tuple[str, ...]) -> None:
+        """(Re)build the copies & idle table's columns (:func:`other_column_keys`)."""
+        self._other_keys = keys
+        o = self.query_one("#other", DataTable)
+        o.clear(columns=True)
+        for label, key, width in _OTHER_COLUMNS:
+            if key in keys:
+                o.add_column(label, key=key, width=width)
+
     def on_mount(self) -> None:
         k = self.query_one("#kernels", DataTable)
         self._kernel_columns(name_width(self.app.size.width))
-        o = self.query_one("#other", DataTable)
-        for label, key, width in (("class", "name", 19), ("J", "e", 6), ("share", "share", 6),
-                                  ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
-                                  ("90% CI dyn J", "ci", 16)):
-            o.add_column(label, key=key, width=width)
-        o.border_title = "copies & idle causes"
+        self._other_columns(other_column_keys(self.app.size.width))
+        self.query_one("#other", DataTable).border_title = "copies & idle causes"
         self.query_one("#ineff", Static).border_title = "top inefficiencies"
         k.focus()
         self.refresh_view()
@@ -336,9 +357,11 @@ class LiveScreen(Screen[None]):
 
     def on_resize(self) -> None:
         # the kernel-name column follows the terminal's width (the other columns are fixed)
-        name_w = name_width(self.size.width or self.app.size.width)
-        if name_w != self._name_w and self.is_mounted:
+        width = self.size.width or self.app.size.width
+        name_w, other = name_width(width), other_column_keys(width)
+        if (name_w != self._name_w or other != self._other_keys) and self.is_mounted:
             self._kernel_columns(name_w)
+            self._other_columns(other)
             self.refresh_view(tables=True)
         else:
             self.refresh_view(tables=False)
@@ -409,28 +432,31 @@ class LiveScreen(Screen[None]):
                 continue
             key = row_key(cr)
             rows[key] = cr
-            orows.append((key, [
+            orows.append((key, dict(zip(_OTHER_KEYS, (
                 name_cell(f"{cr.gpu}│" * multi_gpu + f"copy {cr.kind}/{cr.memory}", 19,
                           "" if cr.resolvable else "dim"),
                 num_cell(cr.energy_j), pct_cell(cr.energy_j / total),
                 num_cell(cr.energy_j / cr.time_s if cr.time_s > 0 else math.nan),
                 num_cell(cr.time_s), num_cell(cr.calls),
                 ci_cell(cr.dynamic_energy_ci_j) if cr.resolvable
-                else Cell(-1.0, NOT_RESOLVABLE, justify="left", style="yellow")]))
+                else Cell(-1.0, NOT_RESOLVABLE, justify="left", style="yellow")),
+                strict=True))))
         for ir in snap.idle:
             if (gpu_sel is not None and ir.gpu != gpu_sel) or (ir.time_s <= 0 and not ir.count):
                 continue  # a cause that never happened is not worth a row
             key = row_key(ir)
             rows[key] = ir
-            orows.append((key, [
+            orows.append((key, dict(zip(_OTHER_KEYS, (
                 name_cell(f"{ir.gpu}│" * multi_gpu + f"idle {ir.cause}", 19),
                 num_cell(ir.energy_j),
                 pct_cell(ir.energy_j / total),
                 num_cell(ir.energy_j / ir.time_s if ir.time_s > 0 else math.nan),
                 num_cell(ir.time_s), num_cell(ir.count),
-                Cell(-math.inf, "P_idle × t", justify="left", style="dim")]))
-        sync_table(self.query_one("#other", DataTable), orows, _OTHER_SORT[sort_key],
-                   reverse=sort_key != "name")
+                Cell(-math.inf, "P_idle × t", justify="left", style="dim")), strict=True))))
+        shown = self._other_keys
+        sync_table(self.query_one("#other", DataTable),
+                   [(key, [cells[c] for c in shown]) for key, cells in orows],
+                   shown.index(_OTHER_SORT[sort_key]), reverse=sort_key != "name")
         ineff = self.query_one("#ineff", Static)
         ineff.update(ineff_text(snap))
         ineff.border_title = ("top inefficiencies · all GPUs" if gpu_sel is not None
