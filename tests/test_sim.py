@@ -422,3 +422,23 @@ def test_seeds_rerun_one_workload_with_fresh_noise() -> None:
     # explicit default equals implicit default
     d = simulate("varied_mix", "a100", 20.0, seed=1, workload_seed=0)
     assert np.array_equal(d.trace.kernels.start_ns, b.trace.kernels.start_ns)
+
+
+def test_a_wandering_sensor_clock_moves_the_publishes_and_the_locked_polls_follow() -> None:
+    """``clock_wander``: the publishes keep their period on the sensor's own clock, which
+    wanders smoothly against the host's (sd 8 ms over 60 s); the readings average the power
+    over windows that move with them, locked polls follow them (each new value still at
+    one delay after its publish), and the workload, truth and counter are the run's own."""
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], locked_polls=True)
+    plain = simulate("varied_mix", "a100", 60.0, seed=3, spec=spec)
+    moved = simulate("varied_mix", "a100", 60.0, seed=3,
+                     spec=dataclasses.replace(spec, clock_wander=True))
+    p0, p1 = (r.trace.power for r in (plain, moved))
+    t0, t1 = p0.t_ns[p0.fresh], p1.t_ns[p1.fresh]
+    off_ms = (t1 - t0) / 1e6  # the same publishes, moved by the sensor's clock
+    assert len(t0) == len(t1) and np.ptp(off_ms) > 5.0
+    assert np.max(np.abs(np.diff(off_ms))) < 0.2  # smooth: under 0.2 ms per publish
+    assert not np.array_equal(p0.power_mw[p0.fresh], p1.power_mw[p1.fresh])
+    assert _change_phase_iqr_ms(moved) < 2.5  # the locked polls followed
+    assert np.array_equal(plain.trace.kernels.start_ns, moved.trace.kernels.start_ns)
+    assert plain.truth.class_dynamic_j == moved.truth.class_dynamic_j
