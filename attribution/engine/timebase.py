@@ -63,8 +63,9 @@ class Readings:
     """Poll-timestamped readings whose polls are locked: how much later than the log's median
     delay after its publish each reading was shown, its publish taken on the sensor's grid
     (``publish_grid.poll_grid_delays``); None: polls not locked, or their stamps not at one
-    delay.  Where both this and ``delay_flip_ns`` are given the engine keeps the placing its
-    fit's residual prefers (``build``)."""
+    delay.  Where it is given the engine keeps whichever placing its fit's residual prefers:
+    this one, or the flips' (or, where those are None, the poll-interval average;
+    ``build._locked_placing``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
