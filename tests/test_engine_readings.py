@@ -122,18 +122,19 @@ def test_log_shift_finds_the_offset_and_leaves_an_aligned_log_alone() -> None:
 
 
 def test_covered_stretches_and_the_time_of_items_inside_them() -> None:
-    from attribution.engine.power_cover import covered_ns, inside_ns
+    from attribution.engine.power_cover import covered_stretches
+    from attribution.idle import covered_ns
 
     # rows every 100 ms from 1 s to 2 s, a hole, then 5 s to 6 s: the loop ran over those
     # stretches, and one spacing before its first row and after its last
     t = np.r_[np.arange(10, 21), np.arange(50, 61)].astype(np.int64) * 100_000_000
-    s, e = covered_ns(t, (0, 10 * 10**9))
+    s, e = covered_stretches(t, (0, 10 * 10**9))
     assert (e - s).sum() == 2_200_000_000  # the hole (2 s to 5 s) is not covered
-    got = inside_ns((s, e), np.array([0, 15, 19, 45], np.int64) * 100_000_000,
-                    np.array([5, 25, 55, 100], np.int64) * 100_000_000)
-    assert got.tolist() == [0.0, 5e8, 6e8, 1.1e9]
+    got = covered_ns(s, e, np.array([0, 15, 19, 45], np.int64) * 100_000_000,
+                     np.array([5, 25, 55, 100], np.int64) * 100_000_000)
+    assert got.tolist() == [0, 5e8, 6e8, 1.1e9]
     # a one-second poll loop started and stopped with a 4.5 s trace covers all of it
-    s, e = covered_ns(np.array([1, 2, 3, 4], np.int64) * 10**9, (0, 4_500_000_000))
+    s, e = covered_stretches(np.array([1, 2, 3, 4], np.int64) * 10**9, (0, 4_500_000_000))
     assert (e - s).sum() == 4_500_000_000
 
 

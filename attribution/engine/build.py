@@ -46,8 +46,7 @@ from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
 from attribution.engine.power_cover import (
     CLASS_BELOW,
     WARN_BELOW,
-    covered_ns,
-    inside_ns,
+    covered_stretches,
     partial_warning,
 )
 from attribution.engine.tail import (
@@ -73,7 +72,7 @@ from attribution.engine.timebase import (
     window_fractions,
 )
 from attribution.engine.verdict import class_verdicts
-from attribution.idle import IdleIntervals, device_indices, idle_intervals
+from attribution.idle import IdleIntervals, covered_ns, device_indices, idle_intervals
 from attribution.intsets import counts
 from attribution.model import F64, I32, I64, B, PowerField, Trace
 from attribution.presets import GpuPreset, get_preset, preset_for_name
@@ -246,12 +245,12 @@ def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int]
     if shift is not None and shift.off:
         warnings.append(shift_warning(device, shift))
         return [f"the power log's clock looks {shift.shift_s:+.1f} s off the trace's"] * n_cls
-    cover = covered_ns(polls_ns, win)
+    cover = covered_stretches(polls_ns, win)
     share = float((cover[1] - cover[0]).sum()) / max(win[1] - win[0], 1)
     if share >= WARN_BELOW:
         return None
     dur = _float_diff(items[1], items[0])
-    inside = inside_ns(cover, *items)
+    inside = covered_ns(*cover, *items).astype(np.float64)
     total = np.bincount(key, weights=dur, minlength=n_cls)
     got = np.bincount(key, weights=inside, minlength=n_cls)
     frac = np.divide(got, total, out=np.ones(n_cls), where=total > 0)

@@ -1,13 +1,14 @@
 """How much of the trace window (and of each class's busy time) the power log covers.
 
-Owns :func:`covered_ns` and the line the snapshot says about a partial log.  A power log that
-starts after the profiler (nvidia-smi started late), stops early, or pauses leaves part of
-the window unmeasured.  The fit's ΔP and P_idle still price every item there, which is right
-only if the work there draws what it drew inside the log: a class that ran mostly outside
-the log has its energy extrapolated, not measured, and is flagged.  What is judged is when
-the log was *running* (its poll loop), not what its sensor's windows saw: the stretches
-between consecutive rows up to ``MAX_GAP_PERIODS`` of its usual spacing apart, and one
-spacing before its first row and after its last (a loop polling every second that starts
+Owns :func:`covered_stretches` (how much of each item they hold is
+``attribution.idle.covered_ns``'s) and the line the snapshot says about a partial log. A
+power log that starts after the profiler (nvidia-smi started late), stops early, or pauses
+leaves part of the window unmeasured. The fit's ΔP and P_idle still price every item there,
+which is right only if the work there draws what it drew inside the log: a class that ran
+mostly outside the log has its energy extrapolated, not measured, and is flagged. What is
+judged is when the log was *running* (its poll loop), not what its sensor's windows saw: the
+stretches between consecutive rows up to ``MAX_GAP_PERIODS`` of its usual spacing apart, and
+one spacing before its first row and after its last (a loop polling every second that starts
 with the trace has its first row a second in).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attribution.model import F64, I64
+from attribution.model import I64
 
 MAX_GAP_PERIODS = 3.0
 """Consecutive readings further apart than this many median spacings leave a hole."""
@@ -25,7 +26,7 @@ CLASS_BELOW = 0.5
 """A class with less of its busy time inside the log than this is flagged."""
 
 
-def covered_ns(t_ns: I64, win: tuple[int, int]) -> tuple[I64, I64]:
+def covered_stretches(t_ns: I64, win: tuple[int, int]) -> tuple[I64, I64]:
     """The stretches of ``win`` the readings cover, as sorted disjoint (starts, ends)."""
     t = np.unique(t_ns)
     if len(t) < 2 or win[1] <= win[0]:
@@ -37,23 +38,6 @@ def covered_ns(t_ns: I64, win: tuple[int, int]) -> tuple[I64, I64]:
     e = np.clip(np.r_[t[0], t[1:][ok], t[-1] + spacing], win[0], win[1])
     keep = e > s
     return s[keep].astype(np.int64), e[keep].astype(np.int64)
-
-
-def inside_ns(cover: tuple[I64, I64], start_ns: I64, end_ns: I64) -> F64:
-    """Per item [start, end): how many ns of it the covered stretches hold."""
-    s, e = cover
-    if not len(s):
-        return np.zeros(len(start_ns))
-    # cumulative covered time at the stretches' bounds; the stretches are disjoint and sorted
-    cum = np.r_[0, np.cumsum(e - s)].astype(np.float64)
-
-    def upto(t: I64) -> F64:
-        i = np.searchsorted(s, t, side="right")  # stretches begun by t
-        j = np.clip(i - 1, 0, None)
-        part = np.where(i > 0, np.clip(np.minimum(t, e[j]) - s[j], 0, None), 0)
-        return np.asarray(cum[j] * (i > 0) + part, np.float64)
-
-    return np.asarray(np.clip(upto(end_ns) - upto(start_ns), 0.0, None), np.float64)
 
 
 def partial_warning(device: int, share: float, win_s: float, flagged: int) -> str:
