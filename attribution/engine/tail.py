@@ -17,7 +17,7 @@ stretch P_idle's interval to the board's value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -96,27 +96,35 @@ class TailScan:
     alike, as in a step locked to the sensor's window); False where no gap was found at all."""
 
 
-def scan_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float,
-              lag_ms: float, rss: Callable[[F64, F64], float]) -> TailScan:
-    """The grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``: candidates with R² >
-    ``TAIL_MAX_R2`` against a constant and the activity columns are skipped, the rest scored
-    by ``rss`` (which fits its own constant)."""
-    best_r = rss(x, y)
-    best: tuple[float, float] | None = None
-    tried = skipped = 0
+def _candidates(start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float, lag_ms: float
+                ) -> Iterator[tuple[float, float, F64]]:
+    """The tail grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``: (min_gap ms, τ_t s, the
+    readings' tail column) for every min_gap that leaves an idle gap to model."""
     for mg in MIN_GAP_GRID_MS:
         gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
         if len(gs) == 0:
             continue
         for tau in TAIL_TAU_GRID_S:
-            tried += 1
-            h = tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=tau)
-            if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
-                skipped += 1
-                continue
-            r = rss(np.column_stack([x, h]), y)
-            if r < best_r * (1.0 - 1e-3):
-                best_r, best = r, (float(mg), float(tau))
+            yield float(mg), float(tau), tail_fractions(gs, ge, t_ns, window_ms=window_ms,
+                                                        lag_ms=lag_ms, tau_s=tau)
+
+
+def scan_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float,
+              lag_ms: float, rss: Callable[[F64, F64], float]) -> TailScan:
+    """The grid (:func:`_candidates`): candidates with R² > ``TAIL_MAX_R2`` against a
+    constant and the activity columns are skipped, the rest scored by ``rss`` (which fits its
+    own constant)."""
+    best_r = rss(x, y)
+    best: tuple[float, float] | None = None
+    tried = skipped = 0
+    for mg, tau, h in _candidates(start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms):
+        tried += 1
+        if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
+            skipped += 1
+            continue
+        r = rss(np.column_stack([x, h]), y)
+        if r < best_r * (1.0 - 1e-3):
+            best_r, best = r, (mg, tau)
     return TailScan(best, tried > 0 and skipped == tried)
 
 
@@ -146,20 +154,15 @@ def held_tail_params(x: F64, excess_w: F64, start_ns: I64, end_ns: I64, t_ns: I6
     do).  For the interval of a fit whose tail was unplaced (:attr:`TailScan.unplaced`)."""
     best_r = _rss_through_zero(x, excess_w) if x.shape[1] else float(excess_w @ excess_w)
     best: tuple[float, float] | None = None
-    for mg in MIN_GAP_GRID_MS:
-        gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
-        if len(gs) == 0:
+    for mg, tau, h in _candidates(start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms):
+        ss = float(h @ h)
+        if ss <= 1e-18:
             continue
-        for tau in TAIL_TAU_GRID_S:
-            h = tail_fractions(gs, ge, t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=tau)
-            ss = float(h @ h)
-            if ss <= 1e-18:
-                continue
-            if x.shape[1] and 1.0 - _rss_through_zero(x, h) / ss > TAIL_MAX_R2:
-                continue
-            r = _rss_through_zero(np.column_stack([x, h]), excess_w)
-            if r < best_r * (1.0 - 1e-3):
-                best_r, best = r, (float(mg), float(tau))
+        if x.shape[1] and 1.0 - _rss_through_zero(x, h) / ss > TAIL_MAX_R2:
+            continue
+        r = _rss_through_zero(np.column_stack([x, h]), excess_w)
+        if r < best_r * (1.0 - 1e-3):
+            best_r, best = r, (mg, tau)
     return best
 
 
