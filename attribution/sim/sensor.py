@@ -128,6 +128,16 @@ LOCKED_JITTER_MS = 0.3
 includes the stamps' ms truncation)."""
 
 
+def ou_series(n: int, sd: float, step_over_tau: float, rng: np.random.Generator) -> F64:
+    """``n`` samples of a stationary Ornstein-Uhlenbeck process (standard deviation ``sd``,
+    sampled every ``step_over_tau`` correlation times), its first sample drawn from the
+    stationary law (the draws: the n innovations, then the first sample)."""
+    c = float(np.exp(-step_over_tau))
+    shocks = rng.normal(0.0, sd * np.sqrt(1.0 - c * c), n)
+    shocks[0] = rng.normal(0.0, sd)
+    return np.asarray(lfilter([1.0], [1.0, -c], shocks), np.float64)
+
+
 CLOCK_WANDER_MS = (8.0, 60.0, 5.0)
 """(sd, correlation time s, knot spacing s) of the sensor's publish clock against the host's,
 with ``clock_wander``: smooth, from knots of an Ornstein-Uhlenbeck process joined by straight
@@ -143,10 +153,7 @@ def clock_wander_ns(a_ns: int, b_ns: int, rng: np.random.Generator
     offset (``CLOCK_WANDER_MS``) drawn at knots and interpolated; returns t ↦ offset."""
     sd_ms, tau_s, step_s = CLOCK_WANDER_MS
     n = int((b_ns - a_ns) / (step_s * 1e9)) + 2
-    c = float(np.exp(-step_s / tau_s))
-    shocks = rng.normal(0.0, sd_ms * np.sqrt(1.0 - c * c), n)
-    shocks[0] = rng.normal(0.0, sd_ms)
-    knots_ms = lfilter([1.0], [1.0, -c], shocks)
+    knots_ms = ou_series(n, sd_ms, step_s / tau_s, rng)
     knots_t = a_ns + np.arange(n) * step_s * 1e9
 
     def at(t_ns: I64) -> I64:
@@ -170,10 +177,7 @@ def locked_poll_times(grid0_ns: int, period_ms: float, first_ns: int, end_ns: in
     j0 = int(np.floor((first_ns - grid0_ns) / per_ns))
     n_per = max(int(np.ceil((end_ns - grid0_ns) / per_ns)) - j0 + 1, 1)
     sd_ms, tau_s = LOCKED_WANDER_MS
-    a = float(np.exp(-period_ms * 1e-3 / tau_s))
-    shocks = rng.normal(0.0, sd_ms * np.sqrt(1.0 - a * a), n_per)
-    shocks[0] = rng.normal(0.0, sd_ms)
-    wander_ms = lfilter([1.0], [1.0, -a], shocks)
+    wander_ms = ou_series(n_per, sd_ms, period_ms * 1e-3 / tau_s, rng)
     phase0_ms = rng.uniform(0.0, period_ms / k)
     j = j0 + np.arange(n_per)
     base = grid0_ns + j * per_ns + (phase0_ms + wander_ms) * MS
