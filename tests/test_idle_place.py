@@ -22,6 +22,7 @@ from attribution.engine.live import LiveEngine
 from attribution.model import POLL_TIME_KEY, DeviceInfo, KernelBatch, PowerField, StringTable, Trace
 from attribution.sim import simulate
 from attribution.sim.scenarios import SCENARIOS
+from attribution.snapshot import Snapshot
 from ppwtop.importers.pmd import load_edges
 from ppwtop.importers.smi_csv import load_smi_csv
 from tests.test_live_engine import drive
@@ -109,6 +110,16 @@ def _tr_trace(folder: str, device_name: str) -> Trace:
                  meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
 
 
+def _engine_snapshot(trace: Trace, engine: str, gpu: str | None = None) -> Snapshot:
+    """The batch engine's snapshot of ``trace``, or the live engine's (30 s horizon) at its
+    end."""
+    if engine == "batch":
+        return attribute(trace, gpu=gpu)
+    got = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0))
+    assert got is not None
+    return got
+
+
 def test_one_kernel_longer_than_every_window_is_not_called_resolvable() -> None:
     """The real TR/A100 run: one 6 s kernel, so every usable reading's window is busy
     throughout and the priors alone split P_idle from the kernel's ΔP.  It was called
@@ -136,12 +147,7 @@ def test_a_saturated_consumer_board_holds_its_active_idle(engine: str) -> None:
                                p_stall=0.0, copies=())
     res = simulate("varied_mix", "rtx3090", 40.0, seed=7, spec=spec)
     truth = res.truth
-    if engine == "batch":
-        snap = attribute(res.trace)
-    else:
-        got = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
-        assert got is not None
-        snap = got
+    snap = _engine_snapshot(res.trace, engine)
     assert abs(snap.totals.active_idle_w / (truth.active_idle_w * truth.gain) - 1.0) < 0.05
     assert snap.kernels and all(not k.resolvable and (k.why or "").startswith("busy")
                                 for k in snap.kernels)
@@ -161,12 +167,7 @@ def test_active_idle_interval_reaches_the_board_where_no_tail_can_be_placed(
     30 W).  P_idle's interval missed the truth (43.5–61.7 W); it now reaches the board's
     value, and the snapshot says why."""
     res = simulate("phase_locked_step", gpu, 60.0, seed=7)
-    if engine == "batch":
-        snap = attribute(res.trace)
-    else:
-        got = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
-        assert got is not None
-        snap = got
+    snap = _engine_snapshot(res.trace, engine)
     lo, hi = snap.meta["active_idle_ci_w"]["0"]
     true_w = res.truth.active_idle_w * res.truth.gain
     assert snap.totals.active_idle_w > true_w * 1.04  # the tail is in P_idle
@@ -201,12 +202,7 @@ def test_a_board_idling_off_its_table_value_keeps_its_own_when_the_readings_pin_
                         lambda key: dataclasses.replace(real(key), active_idle_w=110.0))
     res = simulate("demo", "h100", 40.0, seed=7)
     truth = res.truth
-    if engine == "batch":
-        snap = attribute(res.trace, gpu="h100")
-    else:
-        got = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
-        assert got is not None
-        snap = got
+    snap = _engine_snapshot(res.trace, engine, gpu="h100")
     assert abs(snap.totals.active_idle_w / (truth.active_idle_w * truth.gain) - 1.0) < 0.03
     assert any("board table's 70 W; kept" in w for w in snap.warnings)
     assert not any((k.why or "").startswith("fit is degenerate") for k in snap.kernels)

@@ -124,6 +124,17 @@ def test_seconds_ends_the_session_and_the_command_runs_on(tmp_path: Path) -> Non
     assert len(tr.power) > 0
 
 
+
+def _wait_recording(tmp_path: Path, rec: Path, min_bytes: int, timeout_s: float = 30.0) -> None:
+    """Until the target has written its pid file and the recording holds ``min_bytes``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (tmp_path / "pid").exists() and rec.exists() and rec.stat().st_size > min_bytes:
+            return
+        time.sleep(0.1)
+    pytest.fail("nothing recorded in time")
+
+
 def test_sigkill_of_ppwtop_leaves_the_target_running(tmp_path: Path) -> None:
     target = _script(tmp_path, """
         import os, time
@@ -141,14 +152,8 @@ def test_sigkill_of_ppwtop_leaves_the_target_running(tmp_path: Path) -> None:
                          cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
         # wait until buffers are being recorded, then kill ppwtop without warning
-        while time.monotonic() < deadline:
-            if (tmp_path / "pid").exists() and rec.exists() and rec.stat().st_size > 100_000:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("nothing recorded in time")
+        _wait_recording(tmp_path, rec, 100_000)
         p.send_signal(signal.SIGKILL)
         p.wait(5)
     finally:
@@ -180,13 +185,7 @@ def test_sigterm_ends_the_session_cleanly_and_stops_the_command(tmp_path: Path) 
                          cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if (tmp_path / "pid").exists() and rec.exists() and rec.stat().st_size > 50_000:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("nothing recorded in time")
+        _wait_recording(tmp_path, rec, 50_000)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=20)
     finally:

@@ -59,6 +59,14 @@ class Tmux:
             time.sleep(0.2)
         pytest.fail(f"timed out after {timeout_s} s waiting for {what}; screen:\n{text}")
 
+    def gone(self, timeout_s: float = 15.0) -> bool:
+        """Whether the session's command has exited (its pane, and so the session, gone)
+        within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return not self.alive()
+
     def kill(self) -> None:
         self.cmd("kill-server", check=False)
 
@@ -89,10 +97,7 @@ def test_demo_in_tmux(width: int, height: int) -> None:
         screen = t.wait_for(lambda s: "paused" in s.splitlines()[0], 15.0, "paused")
         # q quits: the session (whose only process is ppwtop) ends
         t.keys("q")
-        deadline = time.monotonic() + 15.0
-        while t.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not t.alive(), "ppwtop did not exit on 'q'"
+        assert t.gone(), "ppwtop did not exit on 'q'"
     finally:
         t.kill()
 
@@ -113,10 +118,7 @@ def test_replay_in_tmux_ends_disconnected(tmp_path: Path) -> None:
         screen = t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 15.0, "a kernel row")
         assert "so far" in screen  # header line 2 still shows the last totals
         t.keys("q")
-        deadline = time.monotonic() + 15.0
-        while t.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not t.alive(), "ppwtop replay did not exit on 'q'"
+        assert t.gone(), "ppwtop replay did not exit on 'q'"
     finally:
         t.kill()
 
@@ -127,21 +129,6 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid)
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "Z"
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
@@ -180,11 +167,11 @@ def test_a_signal_ends_a_tui_session_as_q_does(tmp_path: Path, sig: str) -> None
         tr = read_recording(rec)
         assert len(tr.kernels) > 0
         assert "SIG" + sig in str(tr.meta.get("end_reason")), tr.meta.get("end_reason")
-        pid = int(child_pid.read_text())
+        pid = int(child_pid.read_text())  # terminated and reaped by ppwtop, as headless
         deadline = time.monotonic() + 10.0
-        while _alive(pid) and time.monotonic() < deadline:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid), "the launched command was left running"
+        assert not Path(f"/proc/{pid}").exists(), "the launched command was left running"
     finally:
         t.kill()
 
@@ -196,9 +183,6 @@ def test_ctrl_c_quits_the_tui() -> None:
         t.start(f"env -u COLUMNS -u LINES {sys.executable} -m ppwtop demo --seconds 30")
         t.wait_for(lambda s: any(m in s for m in KERNEL_MARKS), 45.0, "a kernel row")
         t.keys("C-c")
-        deadline = time.monotonic() + 15.0
-        while t.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not t.alive(), "ppwtop did not exit on Ctrl-C"
+        assert t.gone(), "ppwtop did not exit on Ctrl-C"
     finally:
         t.kill()
