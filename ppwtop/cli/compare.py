@@ -23,5 +23,4 @@ def main(argv: list[str]) -> int:
     app = PpwtopApp(StaticFeed(b, label=Path(args.candidate).name), baseline=a,
                     start_compare=True,
                     names=(Path(args.baseline).name, Path(args.candidate).name))
-    app.run()
-    return app.exit_status()
+    return app.run_for_status()

@@ -89,10 +89,8 @@ def main(argv: list[str]) -> int:
                 raise InputError(args.export, f"cannot write: {e.strerror or e}") from None
         print(summary(snap))
         return 0
-    need_terminal("demo", "use --headless")
     from ppwtop.panel_feed import PanelFeed
     from ppwtop.tui.app import PpwtopApp
 
     app = PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir)
-    app.run()
-    return app.exit_status()
+    return app.run_for_status()

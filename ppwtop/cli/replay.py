@@ -75,5 +75,4 @@ def main(argv: list[str]) -> int:
     from ppwtop.tui.app import PpwtopApp
 
     app = PpwtopApp(PanelFeed(feed, sla_ms=args.sla_ms), export_dir=args.export_dir)
-    app.run()
-    return app.exit_status()
+    return app.run_for_status()

@@ -22,5 +22,4 @@ def main(argv: list[str]) -> int:
 
     app = PpwtopApp(StaticFeed(snap, label=Path(args.snapshot).name),
                     export_dir=args.export_dir)
-    app.run()
-    return app.exit_status()
+    return app.run_for_status()

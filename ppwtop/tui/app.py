@@ -134,8 +134,9 @@ class PpwtopApp(App[None]):
         self.ended_by = sig
         self.exit()
 
-    def exit_status(self) -> int:
-        """What the command returns once the app has run: 128 + N where signal N ended it."""
+    def run_for_status(self) -> int:
+        """Run the app; what the command returns then: 128 + N where signal N ended it."""
+        self.run()
         return 0 if self.ended_by is None else 128 + int(self.ended_by)
 
     def _pull_snapshots(self) -> None:
