@@ -40,6 +40,9 @@ from ppwtop.tui.widgets import (
 SORT_KEYS = ("energy", "time", "calls", "name")
 # column index per sort key, per table (kernels / copies / idle)
 _KERNEL_SORT = {"energy": 1, "time": 4, "calls": 5, "name": 0}
+_KERNEL_COLUMNS = (("kernel", "name", 0), ("energy J", "e", 8), ("share", "share", 6),
+                   ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
+                   ("90% CI dyn J", "ci", 16))  # the name's width follows the screen's
 _OTHER_SORT = {"energy": "e", "time": "t", "calls": "n", "name": "name"}  # column keys
 _OTHER_COLUMNS = (("class", "name", 19), ("J", "e", 6), ("share", "share", 6),
                   ("avg W", "w", 5), ("time s", "t", 6), ("calls", "n", 6),
@@ -111,9 +114,8 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
         line1.append((2, f"[{colour}]dropped {fmt_num(dropped)}[/]"))
     t = snap.totals
     dur_s = snap.window.duration_s
-    one = gpu is not None and len(snap.gpus) > 1  # one GPU of several: its own figures
-    energy_j = gpu_energy_j(snap, gpu) if one and gpu is not None else t.energy_j
-    p_idle_w = gpu_idle_w(snap, gpu) if one and gpu is not None else t.active_idle_w
+    one = one_of_several(snap, gpu)  # its own figures; None: the run's
+    energy_j, p_idle_w = shown_energy_j(snap, one), shown_idle_w(snap, one)
     avg_w = energy_j / dur_s if dur_s > 0 else math.nan
     now_w = float(power[1][-1]) if len(power[1]) else avg_w
     no_power = (gi is None or gi.sensor.field == "none") and not len(power[1])
@@ -123,12 +125,13 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
     else:
         # the run's figures (energy so far, closure against the counter) only for all GPUs
         # "now" is the power trace's latest reading: a snapshot file has none to show
-        line2 = [*([(0, f"[b]{fmt_num(now_w)} W[/] now")] if len(power[1]) else []),
-                 (0 if not len(power[1]) else 1, f"{fmt_num(avg_w)} W avg"),
+        has_now = len(power[1]) > 0
+        line2 = [*([(0, f"[b]{fmt_num(now_w)} W[/] now")] if has_now else []),
+                 (1 if has_now else 0, f"{fmt_num(avg_w)} W avg"),
                  (2, f"[b]{fmt_num(energy_j)} J[/] in {fmt_num(dur_s)} s"),
-                 *[(1, x) for x in (() if one else _so_far(snap))],
+                 *[(1, x) for x in (_so_far(snap) if one is None else ())],
                  (4, f"P_idle {fmt_num(p_idle_w)} W")]
-    if t.measured_energy_j > 0 and not one:
+    if t.measured_energy_j > 0 and one is None:
         line2.append((3, _closure(t)))
     line3: list[tuple[int, str]] = []
     st = snap.steps
@@ -152,16 +155,25 @@ def header_text(snap: Snapshot | None, label: str, *, connected: bool, paused: b
     return "\n".join(_clip_markup(fit_line(x, width), width) for x in (line1, line2, line3))
 
 
-def gpu_energy_j(snap: Snapshot, gpu: int) -> float:
-    """One GPU's energy in the window: its kernels, copies and idle (they partition it)."""
+def one_of_several(snap: Snapshot, gpu: int | None) -> int | None:
+    """The GPU whose own figures are shown: the one selected, where there are several."""
+    return gpu if gpu is not None and len(snap.gpus) > 1 else None
+
+
+def shown_energy_j(snap: Snapshot, gpu: int | None) -> float:
+    """The window's energy: one GPU's (its kernels, copies and idle partition it), or the
+    run's (None)."""
+    if gpu is None:
+        return snap.totals.energy_j
     return float(sum(r.energy_j for r in snap.kernels if r.gpu == gpu)
                  + sum(r.energy_j for r in snap.copies if r.gpu == gpu)
                  + sum(r.energy_j for r in snap.idle if r.gpu == gpu))
 
 
-def gpu_idle_w(snap: Snapshot, gpu: int) -> float:
-    """One GPU's active idle power, read off its idle rows (energy = P_idle × time)."""
-    rows = [r for r in snap.idle if r.gpu == gpu and r.time_s > 0]
+def shown_idle_w(snap: Snapshot, gpu: int | None) -> float:
+    """Active idle power: one GPU's, read off its idle rows (energy = P_idle × time), or the
+    run's (None, or a GPU that was never idle)."""
+    rows = [r for r in snap.idle if r.gpu == gpu and r.time_s > 0] if gpu is not None else []
     time_s = sum(r.time_s for r in rows)
     return sum(r.energy_j for r in rows) / time_s if time_s > 0 else snap.totals.active_idle_w
 
@@ -322,11 +334,8 @@ class LiveScreen(Screen[None]):
         self._name_w = name_w
         k = self.query_one("#kernels", DataTable)
         k.clear(columns=True)
-        for label, key, width in (("kernel", "name", name_w), ("energy J", "e", 8),
-                                  ("share", "share", 6), ("avg W", "w", 5),
-                                  ("time s", "t", 6), ("calls", "n", 6),
-                                  ("90% CI dyn J", "ci", 16)):
-            k.add_column(label, key=key, width=width)
+        for label, key, width in _KERNEL_COLUMNS:
+            k.add_column(label, key=key, width=name_w if key == "name" else width)
 
     def _other_columns(self, keys: tuple[str, ...]) -> None:
         """(Re)build the copies & idle table's columns (:func:`other_column_keys`)."""
@@ -400,8 +409,7 @@ class LiveScreen(Screen[None]):
         snap = self.snapshot
         if snap is None or not tables:
             return
-        shown_j = (gpu_energy_j(snap, gpu_sel) if gpu_sel is not None and len(snap.gpus) > 1
-                   else snap.totals.energy_j)  # shares of what is shown
+        shown_j = shown_energy_j(snap, one_of_several(snap, gpu_sel))  # shares of what is shown
         total = shown_j if shown_j > 0 else math.nan
         rows: dict[str, Row] = {}
         needle = name_filter.lower()
