@@ -201,6 +201,13 @@ def _with_gain(ci: F64, est: F64, gain_sigma: float) -> F64:
                             np.maximum(hi, ci[:, 1])])
 
 
+def board_floor_w(board_w: float, gain_sigma: float) -> float:
+    """The board's active idle as its sensor may read it at the low end of the gain's 90 %
+    span: where P_idle's interval reaches down to the board's value (a boost tail that no
+    candidate could place, both engines), it reaches this."""
+    return board_w * (1.0 - Z90 * gain_sigma)
+
+
 def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns: I64, *,
                    window_ms: float, lag_ms: float, kinds: I32) -> regress.Fit:
     """The fit with P_idle held at the board's value and the boost tail refitted on the
@@ -507,29 +514,47 @@ def locked_polls_warning(device: int, scatter: float, *, flipped: float | None =
             "timestamps")
 
 
+@dataclasses.dataclass(frozen=True)
+class LockedPlacing:
+    """Where a locked log's readings were placed (:func:`_locked_placing`), with the (lag, τ)
+    each candidate placing was fitted at on ``window_ms``: the engine's own lag fit and the
+    interval's end fit at the placing passed over are those, while the window stays."""
+
+    delays_ns: I64 | None
+    """What to take off each reading's stamp (None: the readings stay spread over their
+    poll interval)."""
+    on_grid: bool
+    """The sensor's grid's placing was kept (``Readings.delay_grid_ns``)."""
+    window_ms: float
+    kept: tuple[float, float]
+    passed_over: tuple[float, float]
+
+
 def _locked_placing(busy: Callable[[I64], F64], rd: Readings, idx: I32, window_ms: float
-                    ) -> tuple[I64 | None, bool]:
+                    ) -> LockedPlacing | None:
     """A locked log's readings: placed by the delay's flips (or, where those are not told,
     spread over their poll interval) or moved to their publish on the sensor's grid
     (``Readings.delay_grid_ns``), whichever the fit's residual at its own best lag and
-    response prefers.  The grid's placing assumes the publishes keep one period on the
-    host's clock; where the sensor's clock wanders against it (the real A100 200 s log: its
-    stamps' phase moves ±15 ms over minutes) the stamps follow their publishes and the grid
-    misplaces them.  Returns (the delays to take off, whether the grid's)."""
+    response prefers; None where there is no grid placing to weigh.  The grid's placing
+    assumes the publishes keep one period on the host's clock; where the sensor's clock
+    wanders against it (the real A100 200 s log: its stamps' phase moves ±15 ms over
+    minutes) the stamps follow their publishes and the grid misplaces them."""
     flips, grid = rd.delay_flip_ns, rd.delay_grid_ns
     if grid is None:
-        return flips, False
+        return None
     y = rd.power_w[idx]
 
-    def rss(t_read: I64, spread: I64 | None) -> float:
+    def fitted(t_read: I64, spread: I64 | None) -> tuple[float, tuple[float, float]]:
         t_k, sp = t_read[idx], None if spread is None else spread[idx]
         lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss, spread_ns=sp)
         return regress.quick_rss(window_fractions(busy, t_k, window_ms, lag, tau,
-                                                  spread_ns=sp), y)
+                                                  spread_ns=sp), y), (lag, tau)
 
-    stamps = (rss(rd.t_ns, rd.spread_ns) if flips is None else rss(rd.t_ns - flips, None))
-    on_grid = rss(rd.t_ns - grid, None) < stamps
-    return (grid, True) if on_grid else (flips, False)
+    stamps = (fitted(rd.t_ns, rd.spread_ns) if flips is None else fitted(rd.t_ns - flips, None))
+    on_grid = fitted(rd.t_ns - grid, None)
+    if on_grid[0] < stamps[0]:
+        return LockedPlacing(grid, True, window_ms, on_grid[1], stamps[1])
+    return LockedPlacing(flips, False, window_ms, stamps[1], on_grid[1])
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
@@ -591,8 +616,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
     # the delay's flips by a poll gap are taken off, or moved to its publish on the sensor's
     # grid, whichever placing the readings fit better
-    flips, on_grid = (_locked_placing(busy, rd, idx, window_ms) if len(y) >= 8 and n_groups
-                      else (rd.delay_flip_ns, False))
+    placing = _locked_placing(busy, rd, idx, window_ms) if len(y) >= 8 and n_groups else None
+    flips = placing.delays_ns if placing is not None else rd.delay_flip_ns
+    on_grid = placing is not None and placing.on_grid
     t_read = rd.t_ns if flips is None else rd.t_ns - flips
     if polls_locked:
         warnings.append(locked_polls_warning(
@@ -611,8 +637,13 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # locked and placed: at one point (the poll interval is kept for an end fit)
     sp_poll = rd.spread_ns[idx] if rd.spread_ns is not None else None
     sp_k = sp_poll if flips is None else None
+    # a locked log's placing was chosen by fitting it on these readings: its lag, unless
+    # the window has been fitted since
+    same_window = placing is not None and placing.window_ms == window_ms
     if len(y) >= 1 and n_groups:
-        lag, tau = fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss, spread_ns=sp_k)
+        lag, tau = (placing.kept if placing is not None and same_window else
+                    fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss,
+                                     spread_ns=sp_k))
         if preset is not None and preset.consumer_boost:
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
                                           rss=regress.quick_rss, spread_ns=sp_k)
@@ -698,7 +729,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             held = _held_tail_fit(x, y, prior, (s_ns, e_ns), t_k, window_ms=window_ms,
                                   lag_ms=lag, kinds=group_kind)
             prior_fits.append(held)
-            held_p = [held.p_idle_w * (1.0 - Z90 * preset.gain_sigma)]  # the gain's span
+            held_p = [board_floor_w(prior, preset.gain_sigma)]
             warnings.append(tail_unplaced_warning(device, f.p_idle_w, prior))
         if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
             xp = design(0.0, plain=True)
@@ -721,8 +752,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                 ((t_shown - sp_poll, None), *(((t_shown, None),) if moved else ()),
                  *(() if flips is None else ((t_shown, sp_poll),))))
             for t_end, sp_end in placings:
-                lag_e, tau_e = fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
-                                                spread_ns=sp_end)
+                lag_e, tau_e = (placing.passed_over  # the one end fit: fitted when weighed
+                                if on_grid and placing is not None and same_window else
+                                fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
+                                                 spread_ns=sp_end))
                 prior_fits.append(regress.fit(
                     window_fractions(busy, t_end, window_ms, lag_e, tau_e, spread_ns=sp_end),
                     y, prior, pooled=centre[:n_groups], idle_weight=idle_w))

@@ -20,7 +20,7 @@ from attribution.engine.build import (
     GAIN_SIGMA,
     HELD_IDLE_READINGS,
     TAIL_KIND,
-    Z90,
+    board_floor_w,
     p_idle_interval,
 )
 from attribution.engine.idle_place import (
@@ -245,11 +245,13 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
     end_p = [float(e[0]) for e in ends] + ([held[0]] if held is not None else [])
-    below = tail_unplaced and prior is not None and held is None and p_idle > prior
-    if below and prior is not None:  # as the batch engine: the board's value, in the
-        end_p.append(prior * (1.0 - Z90 * gain_sigma))  # sensor's watts (its gain)
+    floor_w = (board_floor_w(prior, gain_sigma)  # as the batch engine
+               if tail_unplaced and prior is not None and held is None and p_idle > prior
+               else None)
+    if floor_w is not None:
+        end_p.append(floor_w)
     ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma), seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
-                     judged, below)
+                     judged, floor_w is not None)
