@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(err, flush=True)
         return 1
 
-    ctx = sec.Context(fake=args.fake, device=args.device, deadline=deadline)
+    ctx = sec.Context(fake=args.fake, device=args.device, deadline=deadline,
+                      logs_prefix=args.out.with_suffix(""))
     wanted = [s for s in args.only.split(",") if s] or list(SECTIONS)
     table: dict[str, tuple[Callable[[sec.Context], dict[str, Any]], float]] = sec.TABLE
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import pathlib
 import platform
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class Context:
     run: gs.Run | None = None
     fit: dict[str, Any] | None = None
     stack: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
+    logs_prefix: pathlib.Path | None = None  # raw logs go to <prefix>-smi-<k>.csv
     _fake_nvml: bool = False
 
     def left_s(self) -> float:
@@ -160,6 +162,7 @@ def _rig(ctx: Context) -> Any:
                                  high_w=0.8 * preset.tdp_w)
         else:
             ctx.rig = gs.RealRig(ctx.device)
+        ctx.rig.smi_prefix = ctx.logs_prefix
     return ctx.rig
 
 
@@ -224,7 +227,10 @@ def poll_grid(ctx: Context) -> dict[str, Any]:
     if not stamps.startswith("publication"):
         return {"skipped": f"NVML's instant timestamps are {stamps}: no publish times"}
     log = load_smi_csv(run.smi_csv, tz="+00:00" if ctx.fake else None)
+    if ctx.logs_prefix is None:  # a temporary file: nobody will read it again
+        run.smi_csv.unlink(missing_ok=True)
     out = smi.check(log, t_pub)
+    out["smi_csv"] = None if ctx.logs_prefix is None else run.smi_csv.name
     if "error" in out:
         return out
     out["summary"] = (f"{out['readings']} readings: publish intervals "

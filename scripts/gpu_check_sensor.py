@@ -272,6 +272,7 @@ class RealRig:
     def __init__(self, device: int = 0) -> None:
         self.device = device
         self.kind = ""
+        self.smi_prefix: Path | None = None  # where the nvidia-smi logs go (gpu_check_smi)
         self._mm: Callable[[], Any]
         self._sync: Callable[[], Any]
         why: list[str] = []
@@ -325,7 +326,7 @@ class RealRig:
         s = NvmlSampler([self.device], poll_hz=POLL_HZ, clock_hz=5.0, samples_hz=2.0)
         s.open()
         s.start()
-        smi_path = smi.new_path()
+        smi_path = smi.new_path(self.smi_prefix)
         log = smi.start(self.device, smi_path)
         try:
             t0 = time.time_ns()
@@ -369,6 +370,7 @@ class FakeRig:
         self.phase_ns = self.T0_NS + round(phase_offset_ms * 1e6)
         self.kind = "fake board"
         self._start = self.T0_NS
+        self.smi_prefix: Path | None = None  # where the nvidia-smi logs go (gpu_check_smi)
 
     def truth(self) -> dict[str, float]:
         return {"period_ms": self.period_ms, "window_ms": self.window_ms,
@@ -414,7 +416,7 @@ class FakeRig:
         keep = en <= end
         pub = tr.power.take((tr.power.field == PowerField.INSTANT) & tr.power.fresh
                             ).sorted_by("t_ns")
-        smi_path = smi.new_path()
+        smi_path = smi.new_path(self.smi_prefix)
         smi.write_fake(pub.t_ns, pub.power_mw, t0, end, smi_path)
         return Run(st[keep], en[keep], tr, t0, end, buf, tr.meta.get("nvml", {}),
                    smi_csv=smi_path)

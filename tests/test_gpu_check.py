@@ -42,7 +42,9 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     p = _start(out, 30)
     stdout, _ = p.communicate(timeout=60)
     assert p.returncode == 0, stdout.decode()
-    return _load(out), stdout.decode()
+    doc = _load(out)
+    doc["dir_listing"] = sorted(f.name for f in out.parent.iterdir())
+    return doc, stdout.decode()
 
 
 def test_every_section_present_and_summarised(full_run: tuple[dict[str, Any], str]) -> None:
@@ -90,6 +92,9 @@ def test_poll_grid_holds_the_fake_boards_publish_times(
     assert 0.0 <= q25 < 0.4 and 0.6 < q75 <= 1.0
     d25, _, d75 = grid["stamp_delay_ms_quartiles"]
     assert d25 >= 0.0 and d75 - d25 > 3.0  # free polls: the delay spreads over the poll gap
+    # the raw logs stay beside the findings (a lent board's come back with them), not in /tmp
+    logs = [n for n in full_run[0]["dir_listing"] if n.endswith(".csv")]
+    assert grid["smi_csv"] == "findings-smi-1.csv" and grid["smi_csv"] in logs
 
 
 def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) -> None:

@@ -409,3 +409,19 @@ def test_nothing_collected_is_an_error_not_an_empty_success(tmp_path: Path) -> N
     assert r.returncode == 2, r.stderr
     assert "nothing was collected" in r.stderr
     assert read_recording(tmp_path / "r.ppw").meta["complete"] is True  # still readable
+
+
+def test_an_empty_command_log_is_removed_and_a_written_one_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under the TUI the command's output goes to a temporary log; one it never wrote to is
+    removed instead of being left (and announced) after every run."""
+    from ppwtop.live.launch import tell_log
+
+    empty, written = tmp_path / "empty.log", tmp_path / "written.log"
+    empty.write_bytes(b"")
+    written.write_text("step 1 loss 2.3\n")
+    tell_log(empty)
+    tell_log(written)
+    assert not empty.exists() and written.exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"ppwtop: the command's output is in {written}"]

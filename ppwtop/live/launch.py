@@ -139,5 +139,17 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
                            sim=sim, launch=launch, meta={"command": command},
                            nvml_env=env, on_session=on_session)
     if log_path is not None:
-        print(f"ppwtop: the command's output is in {log_path}", file=sys.stderr)
+        tell_log(Path(log_path))
     return rc
+
+
+def tell_log(path: Path) -> None:
+    """Say where the command's output went; a log the command wrote nothing to is removed
+    instead (every TUI run would otherwise leave an empty file in the temp directory)."""
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+            return
+    except OSError:
+        return
+    print(f"ppwtop: the command's output is in {path}", file=sys.stderr)
