@@ -607,6 +607,50 @@ async def test_the_kernel_name_column_follows_the_terminal_width() -> None:
         await wait_for(pilot, lambda: name_col() == (name_width(150), 3))
 
 
+def test_fit_name_drops_namespaces_only_when_the_column_is_too_narrow() -> None:
+    from ppwtop.tui.widgets import fit_name
+
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<"
+            "c10::BFloat16>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<"
+            "c10::BFloat16>, at::detail::Array<char*, 3>)")
+    assert fit_name(name, 60) == "at::native::vectorized_elementwise_kernel<…>"
+    assert fit_name(name, 13) == "vectorized_elementwise_kernel<…>"
+    # qualifiers inside the template arguments are not the kernel's own namespace
+    assert fit_name("k<a::b>", 3) == "k<a::b>"
+    assert fit_name("ampere_sgemm_128x64_tn", 5) == "ampere_sgemm_128x64_tn"
+
+
+PYTORCH_KERNELS = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3>)",
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+    "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}>(int)",
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, "
+    "float>(int, float, c10::BFloat16 const*, float*)",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+    "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::TensorListMetadata<4> >(at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>)",
+)
+
+
+async def test_pytorch_kernels_read_apart_on_an_80_column_screen() -> None:
+    """At 80x24 the name column is about 13 cells: every at::native kernel read
+    ``at::native::…`` alike until the namespace was dropped for narrow columns."""
+    snap = make_snapshot({n: (100.0 - 10 * i, 0.2, 50) for i, n in enumerate(PYTORCH_KERNELS)})
+    app = PpwtopApp(StaticFeed(snap))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.pause()
+        t = app.live.query_one("#kernels", DataTable)
+        col = next(c for c in t.columns.values() if c.key.value == "name")
+        shown = [str(t.get_cell_at((i, 0)).text)[:col.width] for i in range(t.row_count)]
+        assert len(shown) == len(PYTORCH_KERNELS)
+        assert col.width < 20 and len(set(shown)) == len(shown), shown
+
+
 async def test_question_mark_opens_the_keys_panel() -> None:
     """'?' (or F1) shows the keys panel, as a user of top expects; it was only reachable
     through the command palette."""

@@ -28,12 +28,12 @@ from ppwtop.tui.widgets import (
     ci_cell,
     clip,
     esc,
+    fit_name,
     fmt_num,
     name_cell,
     num_cell,
     pct_cell,
     selected_key,
-    short_name,
     sync_table,
 )
 
@@ -425,8 +425,9 @@ class LiveScreen(Screen[None]):
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
-                name_cell(f"{kr.gpu}│{short_name(kr.name)}" if multi_gpu else short_name(kr.name),
-                          self._name_w, style), num_cell(kr.energy_j),
+                name_cell(f"{kr.gpu}│{fit_name(kr.name, self._name_w - 2)}" if multi_gpu
+                          else fit_name(kr.name, self._name_w), self._name_w, style),
+                num_cell(kr.energy_j),
                 pct_cell(kr.energy_j / total), num_cell(kr.avg_power_w),
                 num_cell(kr.time_s), num_cell(kr.calls),
                 ci_cell(kr.dynamic_energy_ci_j) if kr.resolvable

@@ -192,3 +192,16 @@ def short_name(name: str, template_max: int = 16) -> str:
         else:
             out.append(ch)
     return "".join(out).strip() or name
+
+
+def fit_name(name: str, width: int) -> str:
+    """:func:`short_name`, and where that is wider than ``width`` also without the namespaces
+    before the kernel's own name (``at::native::``, ``cutlass::``): on an 80-column screen
+    every PyTorch kernel would otherwise read ``at::native::…`` alike. The detail screen and
+    the filter keep the full name."""
+    s = short_name(name)
+    if len(s) <= width:
+        return s
+    head = s.find("<")
+    cut = s.rfind("::", 0, head if head >= 0 else len(s))
+    return s[cut + 2:] if cut >= 0 else s
