@@ -64,10 +64,11 @@ def _covers(ci: tuple[float, float], x: float) -> bool:
 
 def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
             workload_seed: int | None = None, *, files: bool = False,
-            locked_polls: bool = False, clock_wander: bool = False) -> dict[str, Any]:
+            locked_polls: bool = False, clock_wander: bool = False,
+            board_draw: bool = False) -> dict[str, Any]:
     spec = (dataclasses.replace(SCENARIOS[scenario], locked_polls=locked_polls,
-                                clock_wander=clock_wander)
-            if locked_polls or clock_wander else None)
+                                clock_wander=clock_wander, board_draw=board_draw)
+            if locked_polls or clock_wander or board_draw else None)
     res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
                    workload_seed=workload_seed, spec=spec)
     truth, trace = res.truth, res.trace
@@ -251,27 +252,34 @@ def main(argv: list[str] | None = None) -> int:
                     help="the sensor's publish clock wanders against the host's (the "
                          "simulator's clock_wander; with --locked-polls the polls follow it, "
                          "as the real A100 200 s log's stamps do)")
+    ap.add_argument("--board-draw", action="store_true",
+                    help="each consumer card's ramp and tail drawn per run, off the engine's "
+                         "model grid (the simulator's board_draw)")
+    ap.add_argument("--gpus", default=None,
+                    help="comma-separated presets (default all; with --quick its three)")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: accuracy_results.json, accuracy_files_results.json or "
                          "accuracy_files_locked_results.json beside this script")
     a = ap.parse_args(argv)
     if a.locked_polls and not a.files:
         ap.error("--locked-polls needs --files (the polls are what the CSV is written from)")
-    if a.clock_wander and a.out is None:
-        ap.error("--clock-wander needs --out (it is a check, not one of the kept tables)")
+    if (a.clock_wander or a.board_draw or a.gpus) and a.out is None:
+        ap.error("--clock-wander, --board-draw and --gpus need --out (they are checks, not "
+                 "the kept tables)")
     if a.out is None:
         name = ("accuracy_files_locked_results.json" if a.locked_polls else
                 "accuracy_files_results.json" if a.files else "accuracy_results.json")
         a.out = Path(__file__).resolve().parent / name
     seconds = a.seconds if a.seconds is not None else (20.0 if a.quick else 60.0)
     scen = QUICK_SCENARIOS if a.quick else tuple(SCENARIOS)
-    gpus = QUICK_GPUS if a.quick else GPUS
+    gpus = (tuple(a.gpus.split(",")) if a.gpus else QUICK_GPUS if a.quick else GPUS)
     t0 = time.perf_counter()
     rows = []
     for s in scen:
         for g in gpus:
             rows.append(sim_row(s, g, seconds, a.seed, a.workload_seed, files=a.files,
-                                locked_polls=a.locked_polls, clock_wander=a.clock_wander))
+                                locked_polls=a.locked_polls, clock_wander=a.clock_wander,
+                                board_draw=a.board_draw))
     print_sim(rows)
     summ = summary(rows)
     print("\nsummary:", orjson.dumps(summ, option=orjson.OPT_SERIALIZE_NUMPY).decode())
@@ -291,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine_version": _git_state(),
         "seconds": seconds, "seed": a.seed, "workload_seed": a.workload_seed,
         "through_files": a.files, "locked_polls": a.locked_polls,
-        "clock_wander": a.clock_wander,
+        "clock_wander": a.clock_wander, "board_draw": a.board_draw,
         "summary": summ, "sim": rows, "real": real,
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -442,3 +442,27 @@ def test_a_wandering_sensor_clock_moves_the_publishes_and_the_locked_polls_follo
     assert _change_phase_iqr_ms(moved) < 2.5  # the locked polls followed
     assert np.array_equal(plain.trace.kernels.start_ns, moved.trace.kernels.start_ns)
     assert plain.truth.class_dynamic_j == moved.truth.class_dynamic_j
+
+
+def test_a_drawn_consumer_board_changes_only_its_power() -> None:
+    """``board_draw``: a consumer card's ramp and tail are drawn per run (off the grid the
+    engine searches); the workload, the sensor's draws and the truth's energies stay those of
+    the plain run, only the board's power (and so the readings and the tail) differ."""
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], board_draw=True)
+    plain = simulate("varied_mix", "rtx3090", 5.0, seed=4)
+    drawn = simulate("varied_mix", "rtx3090", 5.0, seed=4, spec=spec)
+    again = simulate("varied_mix", "rtx3090", 5.0, seed=4, spec=spec)
+    other = simulate("varied_mix", "rtx3090", 5.0, seed=5, spec=spec)
+    assert np.array_equal(plain.trace.kernels.start_ns, drawn.trace.kernels.start_ns)
+    assert plain.truth.class_dynamic_j == drawn.truth.class_dynamic_j
+    assert plain.truth.gain == drawn.truth.gain
+    assert not np.array_equal(plain.trace.power.power_mw, drawn.trace.power.power_mw)
+    assert np.array_equal(drawn.trace.power.power_mw, again.trace.power.power_mw)
+    note = [n for n in drawn.truth.notes if n.startswith("consumer response drawn")]
+    assert len(note) == 1 and note != [n for n in other.truth.notes
+                                       if n.startswith("consumer response drawn")]
+    assert not any(n.startswith("consumer response drawn") for n in plain.truth.notes)
+    # a data-centre board has no boost to draw: nothing changes
+    a100 = simulate("varied_mix", "a100", 5.0, seed=4)
+    a100_drawn = simulate("varied_mix", "a100", 5.0, seed=4, spec=spec)
+    assert np.array_equal(a100.trace.power.power_mw, a100_drawn.trace.power.power_mw)

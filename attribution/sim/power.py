@@ -35,6 +35,20 @@ DATACENTER = Response((0.8,), (1.0,))
 CONSUMER = Response((3.0, 120.0), (0.6, 0.4), tail_frac=0.2)
 
 
+def drawn_consumer(rng: np.random.Generator) -> Response:
+    """A consumer card's response drawn per board, off the engine's model grid: the slow
+    stage's τ₂ log-uniform in 40-300 ms and weight 0.2-0.5, the fast stage 1.5-6 ms, the
+    tail 10-30 % of the power at the gap's start decaying over 0.4-2 s in gaps over
+    10-40 ms. ``CONSUMER`` sits on the grid the engine searches (τ₂ 120 ms, w 0.4), which
+    flatters a fit whose model is that grid."""
+    tau2 = float(np.exp(rng.uniform(np.log(40.0), np.log(300.0))))
+    w = float(rng.uniform(0.2, 0.5))
+    return Response((float(rng.uniform(1.5, 6.0)), tau2), (1.0 - w, w),
+                    tail_frac=float(rng.uniform(0.1, 0.3)),
+                    tail_tau_s=float(rng.uniform(0.4, 2.0)),
+                    tail_min_gap_ms=float(rng.uniform(10.0, 40.0)))
+
+
 def binned_dynamic_w(start_ns: I64, end_ns: I64, dp_w: F64, grid_t0_ns: int, *, n_bins: int,
                      dt_ns: int = GRID_DT_NS) -> F64:
     """Exact mean of Σ ΔP·1[start ≤ t < end] over each grid bin."""
