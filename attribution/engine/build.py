@@ -33,6 +33,7 @@ from attribution.engine.aliasing import (
     spread_ratio,
     unanchored_warning,
 )
+from attribution.engine.boost_span import neighbour_designs
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
@@ -587,6 +588,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
     tail_unplaced = False
+    tail_params: tuple[float, float] | None = None  # (min_gap ms, τ_t s) of ``tail``
     held_p: list[float] = []
     tail_j = 0.0
     degenerate_w: float | None = None
@@ -669,6 +671,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             scan = scan_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
                              rss=regress.quick_rss)
             tail, tail_unplaced = tail_model(scan.params, s_ns, e_ns), scan.unplaced
+            tail_params = scan.params
 
         def design(d_ms: float, *, plain: bool = False) -> F64:
             """Activity at lag + d_ms, with the tail column appended when it is modelled;
@@ -731,10 +734,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             prior_fits.append(held)
             held_p = [board_floor_w(prior, preset.gain_sigma)]
             warnings.append(tail_unplaced_warning(device, f.p_idle_w, prior))
-        if slow != (0.0, 0.0) or tail is not None:  # the boost model is itself uncertain
-            xp = design(0.0, plain=True)
-            prior_fits.append(regress.fit(xp, y, prior, pooled=centre[:n_groups],
-                                          idle_weight=idle_w))
+        if slow != (0.0, 0.0) or tail is not None:
+            # the boost model is itself uncertain: the fit without the stage and tail, and
+            # the fits at its grid's neighbours (a real card sits between the grid's points)
+            for xb in [design(0.0, plain=True), *neighbour_designs(
+                    act, x, lag_ms=lag, slow=slow, tail_params=tail_params,
+                    tail_col=xf[:, n_groups:] if tail is not None else None,
+                    items=(s_ns, e_ns), t_ns=t_k, window_ms=window_ms)]:
+                prior_fits.append(regress.fit(xb, y, prior, pooled=centre[:xb.shape[1]],
+                                              idle_weight=idle_w))
         if sp_poll is not None and polls_locked:
             # polls locked to the sensor: each publish sits at one point of its poll interval,
             # not spread over it; the interval spans the fits with the publishes at either end
@@ -825,7 +833,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                    (degenerate_w, prior if prior is not None else p_idle, p_idle)),
         phase_locked=locked, idle_unplaced=unplaced_reason, power_why=power_why,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
-                      "model; the interval spans the fits with and without them"
+                      "model; the interval spans the fits without them and one grid step away"
                       if preset is not None and preset.consumer_boost else None))
     item_dyn, item_energy = _item_energies(np.asarray(dp, np.float64), item_group, dur_s,
                                            p_idle, idle_share_s(s_ns, e_ns, origin))
