@@ -35,11 +35,12 @@ def test_neighbours_move_one_parameter_one_step() -> None:
     assert neighbour_tails(None) == []
 
 
-@pytest.fixture(scope="module")
-def off_grid_pair() -> tuple[Snapshot, Snapshot]:
-    """One off-grid consumer run attributed with and without the neighbours' fits."""
-    spec = dataclasses.replace(SCENARIOS["lag_50"], board_draw=True)
-    trace = simulate("lag_50", "rtx3090", 30.0, seed=3, spec=spec).trace
+@pytest.fixture(scope="module", params=[("varied_mix", "rtx4090", 7), ("lag_10", "rtx3090", 3)])
+def off_grid_pair(request: pytest.FixtureRequest) -> tuple[Snapshot, Snapshot]:
+    """An off-grid consumer run attributed with and without the neighbours' fits."""
+    scenario, gpu, seed = request.param
+    spec = dataclasses.replace(SCENARIOS[scenario], board_draw=True)
+    trace = simulate(scenario, gpu, 30.0, seed=seed, spec=spec).trace
     with_nb = attribute(trace, n_boot=40)
     mp = pytest.MonkeyPatch()
     mp.setattr(build, "neighbour_designs", lambda *a, **k: [])
@@ -63,7 +64,8 @@ def test_the_neighbours_widen_the_intervals_and_move_no_estimate(
         lo0, hi0 = b[name].dynamic_energy_ci_j
         assert lo <= lo0 and hi >= hi0
         wider += (lo < lo0 - 1e-9) or (hi > hi0 + 1e-9)
-    assert wider >= 1  # the grid's resolution shows (2 of 6 classes on this run)
+    # the grid's resolution shows in most classes of these two runs (every one, measured)
+    assert wider >= len(a) // 2
 
 
 def test_neighbour_designs_are_the_models_one_step_away() -> None:

@@ -158,9 +158,11 @@ def test_a_held_active_idle_places_the_tail_a_free_one_cannot() -> None:
     y = 130.0 + 100.0 * busy + 40.0 * h
     assert scan_tail(x, y, s, e, t, window_ms=100.0, lag_ms=1.0, rss=quick_rss).unplaced
     assert held_tail_params(x, y - 130.0, s, e, t, window_ms=100.0, lag_ms=1.0) is not None
-    # every column nearly constant (a step locked to the window): nothing to place either way
+    # every column nearly constant (a step locked to the window, every gap alike): nothing to
+    # place either way (the gaps above vary 20-50 ms, so a min_gap between them would not
+    # give every gap a tail: a column that is not constant)
     flat = np.full((len(t), 1), 0.5)
-    assert held_tail_params(flat, np.full(len(t), 20.0), s, e, t, window_ms=100.0,
+    assert held_tail_params(flat, np.full(len(t), 20.0), s, s + 60_000_000, t, window_ms=100.0,
                             lag_ms=1.0) is None
 
 

@@ -170,7 +170,9 @@ def test_active_idle_interval_reaches_the_board_where_no_tail_can_be_placed(
     snap = _engine_snapshot(res.trace, engine)
     lo, hi = snap.meta["active_idle_ci_w"]["0"]
     true_w = res.truth.active_idle_w * res.truth.gain
-    assert snap.totals.active_idle_w > true_w * 1.04  # the tail is in P_idle
+    # the tail is in P_idle: 5 % high (rtx3090) and 55 % (rtx4090) in the batch engine, 3 %
+    # and 29 % in the live one since it scans the tail over several polls
+    assert snap.totals.active_idle_w > true_w * 1.02
     assert lo <= true_w <= hi
     assert any("boost tail cannot be told" in w for w in snap.warnings)
     # a consumer run whose gaps vary places its tail: no such line

@@ -431,6 +431,42 @@ def test_interruptible_slow_search_is_fit_slow_response() -> None:
     assert search.result == want and calls > 20
 
 
+def test_the_stepped_response_search_scans_the_tail_one_gap_at_a_time() -> None:
+    """A consumer board's search stepped over polls (finite units) ends in the same model as
+    run whole, with the tail scan spread over one call per min_gap (one call held all of it,
+    ~6 ms of refit work on the 4090 once the min_gap grid was made finer)."""
+    import attribution.engine.tail as tail_mod
+    from attribution.engine.live_boost import ResponseSearch
+
+    trace = simulate(scenario="varied_mix", gpu="rtx3090", seconds=12.0, seed=5).trace
+    busy, t, y = _search_inputs(trace, 100.0)
+    k = trace.kernels
+    whole = ResponseSearch(busy, t, y, 100.0, consumer=True, start_ns=k.start_ns,
+                           end_ns=k.end_ns).step()
+    assert whole is not None and whole[2].tail is not None
+    stepped = ResponseSearch(busy, t, y, 100.0, consumer=True, start_ns=k.start_ns,
+                             end_ns=k.end_ns)
+    seen: list[int] = []
+    orig = tail_mod._candidates
+
+    def counting(*a: object, **kw: object) -> object:
+        for c in orig(*a, **kw):  # type: ignore[arg-type]
+            seen.append(int(c[0]))
+            yield c
+
+    tail_mod._candidates = counting  # type: ignore[assignment]
+    try:
+        calls_in_tail = []
+        while (res := stepped.step(8)) is None:
+            calls_in_tail.append(len(seen))
+    finally:
+        tail_mod._candidates = orig
+    assert res == whole
+    # after the slow stage, each call scanned one min_gap's candidates (τ_t grid) more
+    grew = [b - a for a, b in itertools.pairwise(calls_in_tail) if b > a]
+    assert grew and max(grew) <= len(tail_mod.TAIL_TAU_GRID_S) + 1
+
+
 def test_deltas_partition_the_trace_by_completion() -> None:
     """Consecutive ``Deltas.between`` calls hand every record over exactly once, when it ends
     (and every reading when taken), whatever the tick."""

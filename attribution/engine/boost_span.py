@@ -8,9 +8,10 @@ span the fits at the grid's neighbours of the chosen point, one parameter moved 
 time (up to four stages and four tails), besides the fit without the stage and tail.
 
 Measured (docs/accuracy.md, "Where it fails" 1): with each simulated card's response drawn
-off the grid (``ScenarioSpec.board_draw``), the consumer intervals covered 78 % of the classes
-(seeds 7 and 3), 84 % with the neighbours; on the real RTX 3090 square-wave run the interval
-reaches the meter. The point estimates do not move.
+off the grid (``ScenarioSpec.board_draw``), the consumer intervals covered 77.8 % of the
+classes (seeds 7 and 3), 84.1 % with the neighbours (87.8 % once the tail's min_gap grid was
+made finer); on the real RTX 3090 square-wave run the interval reaches the meter. The point
+estimates do not move.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Generator
 
 import numpy as np
 
@@ -25,7 +26,13 @@ from attribution.engine.aliasing import spread_ratio
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
-from attribution.engine.tail import idle_gaps, scan_tail, tail_fractions
+from attribution.engine.tail import (
+    LIVE_MIN_GAP_GRID_MS,
+    TailScan,
+    idle_gaps,
+    scan_tail_steps,
+    tail_fractions,
+)
 from attribution.engine.timebase import ActivityFn, slow_response_steps, window_fractions
 from attribution.model import F64, I64
 
@@ -83,6 +90,7 @@ class ResponseSearch:
         self._lag = LagSearch(busy, t_ns, y, window_ms)
         self._fast: tuple[float, float] | None = None
         self._slow: SlowSearch | None = None
+        self._tail: TailSteps | None = None  # the tail scan, once the slow stage is in
         self.result: tuple[float, float, Boost] | None = None
         self.spread = 1.0
         """The readings' activity spread ratio at the result (``aliasing.spread_ratio``)."""
@@ -105,19 +113,48 @@ class ResponseSearch:
                                     lag_ms=self._fast[0], tau_ms=self._fast[1])
             if not math.isinf(units):
                 return None  # the slow stage starts on the next call
-        assert self._slow is not None
-        res = self._slow.step(units)
-        if res is None:
+        if self._tail is None:
+            assert self._slow is not None
+            res = self._slow.step(units)
+            if res is None:
+                return None
+            lag, slow = res
+            x = window_fractions(self._busy, self._t, self._w, lag, self._fast[1], slow=slow)
+            self._tail = TailSteps(x, lag, slow, scan_tail_steps(
+                x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
+                rss=regress.quick_rss, gaps_ms=LIVE_MIN_GAP_GRID_MS))
+            if not math.isinf(units):
+                return None  # the tail scan starts on the next call
+        t = self._tail
+        scan = t.step(one=not math.isinf(units))  # one min_gap's candidates a call
+        if scan is None:
             return None
-        lag, slow = res
         tau = self._fast[1]
-        x = window_fractions(self._busy, self._t, self._w, lag, tau, slow=slow)
-        scan = scan_tail(x, self._y, *self._items, self._t, window_ms=self._w, lag_ms=lag,
-                         rss=regress.quick_rss)
-        self.spread = spread_ratio(self._busy, self._t, x, self._w, lag_ms=lag, tau_ms=tau,
-                                   slow=slow)
-        self.result = (lag, tau, Boost(slow, scan.params, True, scan.unplaced))
+        self.spread = spread_ratio(self._busy, self._t, t.x, self._w, lag_ms=t.lag_ms,
+                                   tau_ms=tau, slow=t.slow)
+        self.result = (t.lag_ms, tau, Boost(t.slow, scan.params, True, scan.unplaced))
         return self.result
+
+
+class TailSteps:
+    """The boost tail's scan (``tail.scan_tail_steps``) at the fitted lag and stage, stepped
+    one min_gap's candidates at a time."""
+
+    def __init__(self, x: F64, lag_ms: float, slow: tuple[float, float],
+                 gen: Generator[None, None, TailScan]) -> None:
+        self.x, self.lag_ms, self.slow = x, lag_ms, slow
+        self._gen = gen
+
+    def step(self, *, one: bool) -> TailScan | None:
+        """Scan the next min_gap (``one``) or all that are left; the result once done."""
+        while True:
+            try:
+                next(self._gen)
+            except StopIteration as done:
+                result: TailScan = done.value
+                return result
+            if one:
+                return None
 
 
 def row_columns(busy: QueryBusy, t_ns: I64, *, window_ms: float, lag_ms: float,

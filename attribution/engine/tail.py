@@ -17,14 +17,21 @@ stretch P_idle's interval to the board's value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
 from attribution.model import F64, I64
 
 TAIL_TAU_GRID_S = (0.25, 0.5, 1.0, 2.0)
-MIN_GAP_GRID_MS = (5.0, 20.0, 50.0)
+MIN_GAP_GRID_MS = (5.0, 10.0, 15.0, 20.0, 30.0, 50.0)
+"""Idle gaps shorter than this keep no tail. Was (5, 20, 50): on simulated cards whose tail
+starts in gaps over 11-13 ms the fit took 20 ms, the tail's energy went into P_idle and the
+classes came out 15-50 % low (docs/accuracy.md, "Where it fails" 1)."""
+LIVE_MIN_GAP_GRID_MS = (5.0, 20.0, 50.0)
+"""The live engine's min_gap grid: its 20-60 s span does not tell 10 from 15 ms apart (with
+the finer grid its split moved further from the truth on 2 of 4 consumer rows of
+``benchmarks/live_vs_batch.py``: docs/attribution.md, "Live engine")."""
 TAIL_MAX_R2 = 0.9
 """A tail column explained this well by the activity columns is not identifiable: when every
 gap is short and regular (a square wave) the tail is the complement of the busy time."""
@@ -96,11 +103,11 @@ class TailScan:
     alike, as in a step locked to the sensor's window); False where no gap was found at all."""
 
 
-def _candidates(start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float, lag_ms: float
-                ) -> Iterator[tuple[float, float, F64]]:
-    """The tail grid ``MIN_GAP_GRID_MS`` × ``TAIL_TAU_GRID_S``: (min_gap ms, τ_t s, the
-    readings' tail column) for every min_gap that leaves an idle gap to model."""
-    for mg in MIN_GAP_GRID_MS:
+def _candidates(start_ns: I64, end_ns: I64, t_ns: I64, *, window_ms: float, lag_ms: float,
+                gaps_ms: Sequence[float] | None = None) -> Iterator[tuple[float, float, F64]]:
+    """The tail grid ``gaps_ms`` (default ``MIN_GAP_GRID_MS``) × ``TAIL_TAU_GRID_S``: (min_gap
+    ms, τ_t s, the readings' tail column) for every min_gap that leaves an idle gap to model."""
+    for mg in MIN_GAP_GRID_MS if gaps_ms is None else gaps_ms:
         gs, ge = idle_gaps(start_ns, end_ns, round(mg * 1e6))
         if len(gs) == 0:
             continue
@@ -114,10 +121,32 @@ def scan_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_m
     """The grid (:func:`_candidates`): candidates with R² > ``TAIL_MAX_R2`` against a
     constant and the activity columns are skipped, the rest scored by ``rss`` (which fits its
     own constant)."""
+    steps = scan_tail_steps(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
+                            rss=rss)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: TailScan = done.value
+            return result
+
+
+def scan_tail_steps(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,
+                    window_ms: float, lag_ms: float, rss: Callable[[F64, F64], float],
+                    gaps_ms: Sequence[float] | None = None) -> Generator[None, None, TailScan]:
+    """:func:`scan_tail` as a generator that yields after each min_gap's candidates (the
+    live engine spreads the scan over its polls) and returns the same :class:`TailScan`;
+    ``gaps_ms``: the min_gap grid (default ``MIN_GAP_GRID_MS``; the live engine's span keeps
+    ``LIVE_MIN_GAP_GRID_MS``)."""
     best_r = rss(x, y)
     best: tuple[float, float] | None = None
     tried = skipped = 0
-    for mg, tau, h in _candidates(start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms):
+    gap = None
+    for mg, tau, h in _candidates(start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
+                                  gaps_ms=gaps_ms):
+        if gap is not None and mg != gap:
+            yield
+        gap = mg
         tried += 1
         if _r2(h, x) > TAIL_MAX_R2:  # the tail would stand in for the classes
             skipped += 1
