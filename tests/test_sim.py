@@ -444,10 +444,11 @@ def test_a_wandering_sensor_clock_moves_the_publishes_and_the_locked_polls_follo
     assert plain.truth.class_dynamic_j == moved.truth.class_dynamic_j
 
 
-def test_a_drawn_consumer_board_changes_only_its_power() -> None:
+def test_a_drawn_board_changes_only_its_power() -> None:
     """``board_draw``: a consumer card's ramp and tail are drawn per run (off the grid the
-    engine searches); the workload, the sensor's draws and the truth's energies stay those of
-    the plain run, only the board's power (and so the readings and the tail) differ."""
+    engine searches), a data-centre board's response time too; the workload, the sensor's
+    draws and the truth's energies stay those of the plain run, only the board's power (and
+    so the readings and the tail) differ."""
     spec = dataclasses.replace(SCENARIOS["varied_mix"], board_draw=True)
     plain = simulate("varied_mix", "rtx3090", 5.0, seed=4)
     drawn = simulate("varied_mix", "rtx3090", 5.0, seed=4, spec=spec)
@@ -462,7 +463,10 @@ def test_a_drawn_consumer_board_changes_only_its_power() -> None:
     assert len(note) == 1 and note != [n for n in other.truth.notes
                                        if n.startswith("consumer response drawn")]
     assert not any(n.startswith("consumer response drawn") for n in plain.truth.notes)
-    # a data-centre board has no boost to draw: nothing changes
+    # a data-centre board draws its one response time off the engine's τ grid
     a100 = simulate("varied_mix", "a100", 5.0, seed=4)
     a100_drawn = simulate("varied_mix", "a100", 5.0, seed=4, spec=spec)
-    assert np.array_equal(a100.trace.power.power_mw, a100_drawn.trace.power.power_mw)
+    assert a100.truth.class_dynamic_j == a100_drawn.truth.class_dynamic_j
+    assert not np.array_equal(a100.trace.power.power_mw, a100_drawn.trace.power.power_mw)
+    (tau_note,) = [n for n in a100_drawn.truth.notes if n.startswith("board response drawn")]
+    assert 0.3 <= float(tau_note.split()[-2]) <= 2.5

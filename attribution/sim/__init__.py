@@ -39,6 +39,7 @@ from attribution.sim.power import (
     binned_dynamic_w,
     boost_tail_w,
     drawn_consumer,
+    drawn_datacenter,
     respond,
 )
 from attribution.sim.scenarios import SCENARIOS, STREAM2_CLASS, ScenarioSpec
@@ -105,9 +106,9 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     g0 = t0 - LEAD_NS
     n_bins = (tl.window_end_ns + TRAIL_NS - g0) // GRID_DT_NS
     resp = CONSUMER if preset.consumer_boost else DATACENTER
-    if spec.board_draw and preset.consumer_boost:  # its own stream: the rest is unchanged
-        resp = drawn_consumer(np.random.default_rng(
-            [seed, zlib.crc32(f"{scenario}/{preset.key}".encode()), 3]))
+    if spec.board_draw:  # its own stream: the rest is unchanged
+        draw = np.random.default_rng([seed, zlib.crc32(f"{scenario}/{preset.key}".encode()), 3])
+        resp = drawn_consumer(draw) if preset.consumer_boost else drawn_datacenter(draw)
     dyn = respond(binned_dynamic_w(tl.start_ns, tl.end_ns, tl.dp_w, g0, n_bins=n_bins), resp)
     gap_end, gap_start = _idle_intervals(tl)
     tail = boost_tail_w(dyn, gap_start, gap_end, g0, resp=resp)
@@ -133,11 +134,12 @@ def simulate(scenario: str = "varied_mix", gpu: str | None = None, seconds: floa
     extras = float(tail[in_win].sum() * GRID_DT_NS * 1e-9)
     truth = _truth(spec, preset.key, seed, tl, p_idle=preset.active_idle_w, korder=korder,
                    corder=corder, su=su, off=offset_ns, extras=extras)
-    if resp is not CONSUMER and preset.consumer_boost:
+    if spec.board_draw:
         truth.notes.append(
             f"consumer response drawn: stages {resp.taus_ms[0]:.1f}/{resp.taus_ms[1]:.0f} ms, "
             f"slow weight {resp.weights[1]:.2f}, tail {resp.tail_frac:.2f} x "
-            f"{resp.tail_tau_s:.2f} s in gaps over {resp.tail_min_gap_ms:.0f} ms")
+            f"{resp.tail_tau_s:.2f} s in gaps over {resp.tail_min_gap_ms:.0f} ms"
+            if preset.consumer_boost else f"board response drawn: tau {resp.taus_ms[0]:.2f} ms")
     span = (int(tl.start_ns.min()), int(tl.end_ns.max()))
     cum = np.concatenate([[0.0], np.cumsum(tail) * (GRID_DT_NS * 1e-9)])
     tail_span_j = float(np.diff(np.interp((np.array(span) - g0) / GRID_DT_NS,

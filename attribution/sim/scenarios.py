@@ -78,7 +78,7 @@ class ScenarioSpec:
     average_only: bool = False  # only the 1 s average field is published
     locked_polls: bool = False  # nvidia-smi's polls run in step with the sensor's publishes
     clock_wander: bool = False  # the sensor's publish clock wanders against the host's
-    board_draw: bool = False  # a consumer card's ramp and tail drawn per run (power.drawn_consumer)
+    board_draw: bool = False  # the board's response drawn per run, off the engine's grids
     default_gpu: str = "a100"
 
 
