@@ -4,7 +4,8 @@ tail, fitted with the lag and applied to every reading row.
 Owns :class:`Boost` (the fitted model: slow stage (τ₂, w) and tail (min_gap, τ_t)),
 :class:`ResponseSearch` (the live lag search, then on consumer boards
 ``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its generator
-``timebase.slow_response_steps``) and ``tail.scan_tail`` on the same span) and
+``timebase.slow_response_steps``) and the tail scan on the same span, one min_gap a step
+(:class:`TailSteps`, driving ``tail.scan_tail_steps`` on ``tail.LIVE_MIN_GAP_GRID_MS``)) and
 :func:`row_columns` (a batch of reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the
 slow stage, and the tail column at the same lags). The tail column of a row needs the idle gap
 its window sits in: the gap starts at the last busy end before it, which may lie before the
