@@ -18,6 +18,7 @@ Run: ``python benchmarks/live_vs_batch.py [--runs clamp_episode/h100,demo/a100 .
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -28,7 +29,7 @@ from attribution.engine import attribute
 from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
 from attribution.model import Trace
-from attribution.sim import simulate
+from attribution.sim import SCENARIOS, simulate
 from attribution.snapshot import Snapshot
 
 DEFAULT_RUNS = ("clamp_episode/h100,clamp_episode/a100,demo/h100,demo/a100,varied_mix/a100,"
@@ -112,9 +113,12 @@ def drive(trace: Trace, eng: LiveEngine, *, flag_ticks: int = 0, tick_ns: int = 
     return snap, flags, cost
 
 
-def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int) -> None:
+def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int, *,
+        board_draw: bool = False) -> None:
     scenario, gpu = spec.split("/")
-    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed)
+    res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
+                   spec=dataclasses.replace(SCENARIOS[scenario], board_draw=True)
+                   if board_draw else None)
     live, flags, _ = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=horizon),
                            flag_ticks=flag_ticks)
     assert live is not None
@@ -151,9 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--horizon", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--flag-ticks", type=int, default=0)
+    ap.add_argument("--board-draw", action="store_true",
+                    help="each board's response drawn off the engine's grids (the simulator's "
+                         "board_draw)")
     args = ap.parse_args(argv)
     for spec in args.runs.split(","):
-        run(spec, args.seconds, args.horizon, args.seed, args.flag_ticks)
+        run(spec, args.seconds, args.horizon, args.seed, args.flag_ticks,
+            board_draw=args.board_draw)
     return 0
 
 
