@@ -546,6 +546,10 @@ def test_short_name_folds_cpp_noise() -> None:
     assert short_name("k<int>(int)") == "k<int>"  # short templates are kept
     assert short_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
     assert short_name("(weird)") == "(weird)"
+    from ppwtop.tui.widgets import short_class
+
+    assert short_class("kernel:void k<float, 4, true, false, 8, 16, 32>(float*)") == "kernel:k<…>"
+    assert short_class("copy:HtoD/pinned") == "copy:HtoD/pinned"  # only kernels are C++
 
 
 def test_svg_live_screen_100x30(snap_compare: object) -> None:

@@ -143,8 +143,7 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             session.request_stop()
             session.end_reason = session.end_reason or getattr(e, "reason", "interrupted")
             terminated = isinstance(e, Terminated)
-            if isinstance(e, Terminated):
-                signum = e.signum
+            signum = e.signum if isinstance(e, Terminated) else signum
             if terminated and child is not None and child.poll() is None:
                 child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)

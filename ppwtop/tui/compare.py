@@ -24,7 +24,7 @@ from ppwtop.tui.widgets import (
     fmt_num,
     name_cell,
     num_cell,
-    short_name,
+    short_class,
     sync_table,
 )
 
@@ -82,8 +82,7 @@ def verdict_and_mechanisms(a: Snapshot, b: Snapshot) -> tuple[str, str]:
     for m in mechs:
         c = "red" if m.delta_j > 0 else "green" if m.delta_j < 0 else "dim"
         owner = f" [dim]({esc(m.owner)})[/]" if m.owner else ""
-        name = (f"kernel:{short_name(m.mechanism[7:])}" if m.mechanism.startswith("kernel:")
-                else m.mechanism)  # C++ names folded as in the tables, one line each
+        name = short_class(m.mechanism)  # C++ names folded as in the tables, one line each
         lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {m.share_of_delta * 100:+.0f}%  "
                      f"{esc(clip(name, 60))}{owner}")
     return verdict, "\n".join(lines) if lines else "[dim]no mechanism moved[/]"
@@ -142,8 +141,7 @@ class CompareScreen(Screen[None]):
         for i, (name, ea, eb, d) in enumerate(drows):
             pct = d / ea * 100 if ea else math.inf if d else 0.0
             style = "red" if d > 0 else "green" if d < 0 else ""
-            shown = f"kernel:{short_name(name[7:])}" if name.startswith("kernel:") else name
-            rows.append((name, [name_cell(shown, 30), num_cell(ea), num_cell(eb),
+            rows.append((name, [name_cell(short_class(name), 30), num_cell(ea), num_cell(eb),
                                 Cell(-i, f"{d:+.3g}", style=style),
                                 Cell(pct, "new" if math.isinf(pct) else f"{pct:+.1f}%",
                                      style=style)]))

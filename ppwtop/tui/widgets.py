@@ -194,6 +194,12 @@ def short_name(name: str, template_max: int = 16) -> str:
     return "".join(out).strip() or name
 
 
+def short_class(name: str) -> str:
+    """A class key (``kernel:<name>``, ``copy:…``, ``idle.…``) with a kernel's C++ name
+    folded by :func:`short_name`."""
+    return f"kernel:{short_name(name[7:])}" if name.startswith("kernel:") else name
+
+
 def fit_name(name: str, width: int) -> str:
     """:func:`short_name`, and where that is wider than ``width`` also without the namespaces
     before the kernel's own name (``at::native::``, ``cutlass::``): on an 80-column screen
