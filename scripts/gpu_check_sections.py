@@ -35,12 +35,12 @@ class Context:
     fake: bool
     device: int
     deadline: float
+    logs_prefix: pathlib.Path  # raw logs go to <prefix>-smi-<k>.csv, beside the findings
     section_deadline: float = 0.0
     rig: Any = None
     run: gs.Run | None = None
     fit: dict[str, Any] | None = None
     stack: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
-    logs_prefix: pathlib.Path | None = None  # raw logs go to <prefix>-smi-<k>.csv
     _fake_nvml: bool = False
 
     def left_s(self) -> float:
@@ -159,10 +159,9 @@ def _rig(ctx: Context) -> Any:
             preset = get_preset(SIM_GPU)
             ctx.rig = gs.FakeRig(float(sensor["period_ms"]), float(sensor["window_ms"]),
                                  float(sensor["lag_ms"]), low_w=preset.active_idle_w,
-                                 high_w=0.8 * preset.tdp_w)
+                                 high_w=0.8 * preset.tdp_w, smi_prefix=ctx.logs_prefix)
         else:
-            ctx.rig = gs.RealRig(ctx.device)
-        ctx.rig.smi_prefix = ctx.logs_prefix
+            ctx.rig = gs.RealRig(ctx.logs_prefix, ctx.device)
     return ctx.rig
 
 
@@ -227,10 +226,8 @@ def poll_grid(ctx: Context) -> dict[str, Any]:
     if not stamps.startswith("publication"):
         return {"skipped": f"NVML's instant timestamps are {stamps}: no publish times"}
     log = load_smi_csv(run.smi_csv, tz="+00:00" if ctx.fake else None)
-    if ctx.logs_prefix is None:  # a temporary file: nobody will read it again
-        run.smi_csv.unlink(missing_ok=True)
     out = smi.check(log, t_pub)
-    out["smi_csv"] = None if ctx.logs_prefix is None else run.smi_csv.name
+    out["smi_csv"] = run.smi_csv.name
     if "error" in out:
         return out
     out["summary"] = (f"{out['readings']} readings: publish intervals "

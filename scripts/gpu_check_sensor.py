@@ -269,10 +269,10 @@ class RealRig:
     """Drives a real GPU with a matmul loop (torch, else cupy, else a PTX kernel through the
     CUDA driver API); burst edges in host CLOCK_REALTIME ns around the synchronise."""
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, smi_prefix: Path, device: int = 0) -> None:
         self.device = device
         self.kind = ""
-        self.smi_prefix: Path | None = None  # where the nvidia-smi logs go (gpu_check_smi)
+        self.smi_prefix = smi_prefix  # where the nvidia-smi logs go (gpu_check_smi.new_path)
         self._mm: Callable[[], Any]
         self._sync: Callable[[], Any]
         why: list[str] = []
@@ -364,13 +364,13 @@ class FakeRig:
     T0_NS = 1_768_471_200_000_000_000
 
     def __init__(self, period_ms: float, window_ms: float, lag_ms: float, *, low_w: float,
-                 high_w: float, phase_offset_ms: float = 37.3) -> None:
+                 high_w: float, smi_prefix: Path, phase_offset_ms: float = 37.3) -> None:
         self.period_ms, self.window_ms, self.lag_ms = period_ms, window_ms, lag_ms
         self.low_w, self.high_w = low_w, high_w
         self.phase_ns = self.T0_NS + round(phase_offset_ms * 1e6)
         self.kind = "fake board"
         self._start = self.T0_NS
-        self.smi_prefix: Path | None = None  # where the nvidia-smi logs go (gpu_check_smi)
+        self.smi_prefix = smi_prefix  # where the nvidia-smi logs go (gpu_check_smi.new_path)
 
     def truth(self) -> dict[str, float]:
         return {"period_ms": self.period_ms, "window_ms": self.window_ms,

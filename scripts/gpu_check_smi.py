@@ -10,10 +10,8 @@ sensor's publish grid) against the publish time NVML itself reports for the valu
 from __future__ import annotations
 
 import datetime
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +28,14 @@ LOOP_MS = 10
 MS = 1_000_000
 
 
-def new_path(prefix: Path | None) -> Path:
-    """A fresh file for one run's log: ``<prefix>-smi-<k>.csv`` beside the findings, so a lent
-    board's raw log comes back with them; a temporary file when no prefix is given (the
-    caller then removes it)."""
-    if prefix is None:
-        fd, name = tempfile.mkstemp(prefix="gpu_check_smi_", suffix=".csv")
-        os.close(fd)
-        return Path(name)
+def new_path(prefix: Path) -> Path:
+    """A fresh file for one run's log, ``<prefix>-smi-<k>.csv`` beside the findings, so a lent
+    board's raw log comes back with them."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
     k = 1
     while True:
         path = prefix.with_name(f"{prefix.name}-smi-{k}.csv")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("x"):
                 return path
         except FileExistsError:
