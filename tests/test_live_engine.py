@@ -431,7 +431,8 @@ def test_interruptible_slow_search_is_fit_slow_response() -> None:
     assert search.result == want and calls > 20
 
 
-def test_the_stepped_response_search_scans_the_tail_one_gap_at_a_time() -> None:
+def test_the_stepped_response_search_scans_the_tail_one_gap_at_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A consumer board's search stepped over polls (finite units) ends in the same model as
     run whole, with the tail scan spread over one call per min_gap (one call held all of it,
     ~6 ms of refit work on the 4090 once the min_gap grid was made finer)."""
@@ -454,13 +455,10 @@ def test_the_stepped_response_search_scans_the_tail_one_gap_at_a_time() -> None:
             seen.append(int(c[0]))
             yield c
 
-    tail_mod._candidates = counting  # type: ignore[assignment]
-    try:
-        calls_in_tail = []
-        while (res := stepped.step(8)) is None:
-            calls_in_tail.append(len(seen))
-    finally:
-        tail_mod._candidates = orig
+    monkeypatch.setattr(tail_mod, "_candidates", counting)
+    calls_in_tail = []
+    while (res := stepped.step(8)) is None:
+        calls_in_tail.append(len(seen))
     assert res == whole
     # after the slow stage, each call scanned one min_gap's candidates (τ_t grid) more
     grew = [b - a for a, b in itertools.pairwise(calls_in_tail) if b > a]

@@ -195,17 +195,24 @@ def publish_period_ms(t_ns: I64, gap_ns: I64, spacing_ms: float, resolution_ns: 
     return best
 
 
-def _stamp_phase(t_ns: I64, polls_ns: I64, period_ms: float) -> tuple[F64, float] | None:
-    """The stamps' phase on the publish grid (ns from the first stamp, whole periods counted
-    off) and the median poll gap; None for too few readings or polls, or a log polling no
-    faster than ``SLOW_POLLS`` per period (every poll a new value: no phase to keep)."""
+def _phased_gap(t_ns: I64, polls_ns: I64, period_ms: float) -> float | None:
+    """The median poll gap where the stamps have a phase on the publish grid to keep; None for
+    too few readings or polls, or a log polling no faster than ``SLOW_POLLS`` per period
+    (every poll a new value: no phase to keep)."""
     if len(t_ns) < GRID_MIN_READINGS or len(polls_ns) < 2 or not np.isfinite(period_ms) \
             or period_ms <= 0:
         return None
     gap = float(np.median(np.diff(polls_ns)))
-    per = period_ms * 1e6
-    if not 0 < gap <= per / SLOW_POLLS:
+    return gap if 0 < gap <= period_ms * 1e6 / SLOW_POLLS else None
+
+
+def _stamp_phase(t_ns: I64, polls_ns: I64, period_ms: float) -> tuple[F64, float] | None:
+    """The stamps' phase on the publish grid (ns from the first stamp, whole periods counted
+    off) and the median poll gap; None where :func:`_phased_gap` is."""
+    gap = _phased_gap(t_ns, polls_ns, period_ms)
+    if gap is None:
         return None
+    per = period_ms * 1e6
     return (t_ns - t_ns[0]).astype(np.float64) - period_index(t_ns, per) * per, gap
 
 
@@ -279,10 +286,9 @@ def poll_grid_delays(t_ns: I64, polls_ns: I64, period_ms: float) -> I64 | None:
     period is refined first (``PERIOD_REFINE``: the grid's measured period drifts the phase by
     its error every period, and the arc is shortest at the right one); the arc is the
     shortest one holding ``ARC_SHARE`` of the readings, and a reading outside it counts from
-    the nearer end.  None where :func:`_stamp_phase` is None or the arc is no short part of
+    the nearer end.  None where :func:`_phased_gap` is None or the arc is no short part of
     the period (over ``ARC_MAX`` of it: not one delay)."""
-    got = _stamp_phase(t_ns, polls_ns, period_ms)
-    if got is None:
+    if _phased_gap(t_ns, polls_ns, period_ms) is None:
         return None
     x = (t_ns - t_ns[0]).astype(np.float64)
     q = max(2, int(np.ceil(ARC_SHARE * len(x))))
