@@ -283,15 +283,38 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _checked(where: str, kind: str, v: Any) -> Any:
+    """``v`` as the field's annotated ``kind`` (numbers as float or int), or TypeError naming
+    ``where``: a snapshot read from a file is checked here, not where a report first does
+    arithmetic on it."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if v is None and optional:
+        return None
+    if base == "float" and _number(v):
+        return float(v)
+    if base == "int" and _number(v) and float(v).is_integer():
+        return int(v)
+    if (base == "str" and isinstance(v, str)) or (base == "bool" and isinstance(v, bool)):
+        return v
+    if (base == "tuple[float, float]" and isinstance(v, list | tuple) and len(v) == 2
+            and all(_number(x) for x in v)):
+        return (float(v[0]), float(v[1]))
+    if base in ("float", "int", "str", "bool", "tuple[float, float]"):
+        raise TypeError(f"{where} is {str(v)[:40]!r}, not {kind}")
+    return tuple(v) if isinstance(v, list) else v
+
+
 def _build(cls: type[T], d: Mapping[str, Any]) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for name, f in fields.items():
         if name in d:
-            v = d[name]
-            if isinstance(v, list):
-                v = tuple(v)
-            kwargs[name] = v
+            kwargs[name] = _checked(f"{cls.__name__}.{name}", str(f.type), d[name])
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise KeyError(name)
     return cls(**kwargs)

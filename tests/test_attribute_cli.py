@@ -109,6 +109,49 @@ def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
         read_snapshot(p)
 
 
+@pytest.mark.parametrize(("where", "value"), [
+    (("kernels", 0, "energy_j"), "abc"), (("totals", "energy_j"), "x"),
+    (("kernels", 0, "calls"), 2.5), (("kernels", 0, "dynamic_energy_ci_j"), [1.0]),
+    (("kernels", 0, "resolvable"), "yes"), (("idle", 0, "cause"), 3),
+])
+def test_a_snapshot_field_of_the_wrong_type_names_the_file(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        where: tuple[str | int, ...], value: object) -> None:
+    # found by an audit: `report` on such a file ended in "internal error: TypeError" (no file
+    # named), where the renderer first did arithmetic on the field
+    snap = tmp_path / "s.json"
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+                 str(sim_dir / "power.csv"), "--power-tz", "UTC", "-o", str(snap)]) == 0
+    capsys.readouterr()
+    d = orjson.loads(snap.read_bytes())
+    node = d
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(orjson.dumps(d))
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.md")]) == 2
+    line = _one_error_line(capsys)
+    assert "bad.json" in line and str(where[-1]) in line and "internal error" not in line
+    assert read_snapshot(snap).kernels  # the untouched file still reads
+
+
+def test_debug_zero_keeps_the_one_line_message(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # PPWTOP_DEBUG=0 is "off", not "set": an unexpected error stays one line (exit 2)
+    from ppwtop.cli import demo
+
+    def boom(argv: list[str]) -> int:
+        raise RuntimeError("unexpected")
+    monkeypatch.setattr(demo, "main", boom)
+    monkeypatch.setenv("PPWTOP_DEBUG", "0")
+    assert main(["demo"]) == 2
+    assert "internal error: RuntimeError: unexpected" in _one_error_line(capsys)
+    monkeypatch.setenv("PPWTOP_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="unexpected"):
+        main(["demo"])
+
+
 def test_help_answers(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["attribute", "--help"])
@@ -175,3 +218,12 @@ def test_a_recording_given_as_its_own_power_log_gives_the_same_answer(
     assert "readings are replaced by" in capsys.readouterr().err
     sa, sb = orjson.loads(a.read_bytes()), orjson.loads(b.read_bytes())
     assert sa["totals"] == sb["totals"] and sa["kernels"] == sb["kernels"]
+
+
+def test_a_negative_diff_seed_is_a_flag_error(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # before: accepted by argparse, then reported as "A vs B: cannot compare" (a file problem)
+    assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--seed",
+                 "-1"]) == 2
+    line = _one_error_line(capsys)
+    assert "--seed" in line and "cannot compare" not in line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import warnings
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,37 @@ def test_synthetic_malformed_events_dropped_with_note(tmp_path: Path) -> None:
     assert int(t.kernels.grid_x[0]) == -1
     assert any("dropped 1 malformed kernel" in n for n in t.meta["notes"])
     assert int(t.memsets.mem[0]) == MemKind.PINNED and int(t.memsets.bytes[0]) == 64
+
+
+@pytest.mark.parametrize("bad", [
+    {"name": None}, {"name": 7}, {"ts": 1e30}, {"ts": -1e30}, {"dur": 1e30},
+], ids=["null name", "numeric name", "ts far future", "ts far past", "dur huge"])
+def test_events_that_would_wrap_or_carry_no_name_are_dropped(tmp_path: Path,
+                                                             bad: dict[str, object]) -> None:
+    # found by an audit: a null name reached the engine as None (an internal error there), and
+    # ts 1e30 µs wrapped in int64 ns, placing the kernel at an arbitrary time with a numpy
+    # warning; each is now a malformed event, dropped and noted like a non-numeric ts
+    good = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0,
+            "dur": 1.5, "args": {"device": 0, "stream": 7, "correlation": 3}}
+    doc = {"traceEvents": [good, {**good, **bad, "args": {**good["args"], "correlation": 4}}],
+           "baseTimeNanoseconds": 1_000_000_000}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy cast warning on the way
+        t = load_kineto(p)
+    assert len(t.kernels) == 1 and int(t.kernels.correlation[0]) == 3
+    assert any("dropped 1 malformed kernel" in n for n in t.meta["notes"])
+
+
+def test_a_base_time_that_is_no_number_names_the_trace(tmp_path: Path) -> None:
+    # before: read as 0, so the power log "did not overlap" and the error named the CSV
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": "x"}))
+    with pytest.raises(InputError, match=r"t\.json: baseTimeNanoseconds"):
+        load_kineto(p)
+    p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": 0}))
+    assert load_kineto(p).meta["format"] == "kineto"
 
 
 def test_name_classifiers() -> None:

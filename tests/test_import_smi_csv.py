@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,25 @@ def test_garbage_rows_are_skipped_and_counted(tmp_path: Path) -> None:
     assert any("skipped 4" in n for n in t.meta["notes"])
     assert len(t.power) == 2 and t.power.fresh.tolist() == [True, False]
     assert len(t.clocks) == 3 and t.clocks.temp_c.tolist() == [40.0, 40.0, 41.0]
+
+
+def test_rows_whose_gpu_index_is_no_small_integer_are_skipped(tmp_path: Path) -> None:
+    # found by an audit: index 99999999999999999999 wrapped into the int16 device column (a
+    # numpy warning and a GPU that does not exist); such rows are unparsable, like a bad value
+    p = _write(tmp_path, (
+        "timestamp, index, power.draw [W]\n"
+        "2024/01/10 12:00:00.000, 0, 100.0\n"
+        "2024/01/10 12:00:00.010, 99999999999999999999, 101.0\n"
+        "2024/01/10 12:00:00.020, -1, 102.0\n"
+        "2024/01/10 12:00:00.030, 1.5, 103.0\n"
+        "2024/01/10 12:00:00.040, 1, 104.0\n"
+        "2024/01/10 12:00:00.050, , 105.0\n"))  # empty index: GPU 0, as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = load_smi_csv(p, tz="UTC")
+    assert t.meta["skipped_rows"] == 3
+    assert t.power.device.tolist() == [0, 1, 0]
+    assert t.power.power_mw.tolist() == [100000, 104000, 105000]
 
 
 def test_unusable_files_are_input_errors(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import orjson
 
 from attribution.diff import DiffResult, diff
 from attribution.owners import OwnerMap, load_owners
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import parser, positive_float, seed_int
 from ppwtop.errors import InputError, Regression
 from ppwtop.fileio import read_bytes
 from ppwtop.snapshot_io import read_snapshot
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
                    "each mechanism")
     p.add_argument("--noise-floor", type=positive_float, default=0.02, metavar="FRACTION",
                    help="relative change treated as noise (default 0.02 = 2%%)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed (default 0)")
     args = p.parse_args(argv)
 
     base = read_snapshot(args.baseline)

@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:
-        if os.environ.get("PPWTOP_DEBUG"):
+        if os.environ.get("PPWTOP_DEBUG", "") not in ("", "0"):
             raise
         print(
             f"ppwtop: error: internal error: {type(e).__name__}: {e} "

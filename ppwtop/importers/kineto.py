@@ -83,7 +83,10 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
     api_ev = groups["cuda_runtime"] + groups["cuda_driver"] + groups["Runtime"]
 
     legacy = any(groups[c] for c in kc.LEGACY_CATS)
-    base_ns = _base_ns(doc.get("baseTimeNanoseconds"))
+    base = doc.get("baseTimeNanoseconds")
+    base_ns = _base_ns(base)
+    if base is not None and base_ns == 0 and base not in (0, "0"):
+        raise InputError(path, f"baseTimeNanoseconds is not a count of ns: {str(base)[:40]!r}")
     notes: list[str] = []
     strings = StringTable()
 

@@ -132,11 +132,18 @@ def _dims(values: list[Any]) -> npt.NDArray[np.int64]:
 # --------------------------------------------------------------------------------------------
 
 
+TIME_MAX_US = 4e15
+"""The largest |ts| and |dur| (µs) an event may carry: 4e15 µs after the epoch is the year
+2096, and int64 ns hold 9.2e15 µs.  An event beyond it is malformed (it would wrap)."""
+
+
 def _valid(e: Any) -> bool:
+    if not isinstance(e, dict):
+        return False
+    ts, dur = e.get("ts"), e.get("dur", 0)
     return (
-        isinstance(e, dict)
-        and isinstance(e.get("ts"), (int, float))
-        and isinstance(e.get("dur", 0), (int, float))
+        isinstance(ts, (int, float)) and abs(ts) < TIME_MAX_US
+        and isinstance(dur, (int, float)) and abs(dur) < TIME_MAX_US
         and isinstance(e.get("name", ""), str)
         and isinstance(e.get("args", {}), dict)
     )
@@ -219,9 +226,14 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
         arr = np.asarray(flat, dtype=np.float64)
         if arr.size != n * width or np.isnan(arr).any():  # ragged, or a JSON null
             raise ValueError("ragged")
-        return arr.reshape(n, width), names
+        m = arr.reshape(n, width)
     except (KeyError, TypeError, ValueError, OverflowError, IndexError):
-        return _extract_slow(ev, top, arg_keys, dims), [str(e["name"]) for e in ev]
+        m, names = _extract_slow(ev, top, arg_keys, dims), [e["name"] for e in ev]
+    if not set(map(type, names)) <= {str}:  # a null or numeric name: the caller drops it
+        raise TypeError("an event name that is not a string")
+    if not (np.abs(m[:, :2]) < TIME_MAX_US).all():  # would wrap in int64 ns
+        raise ValueError("ts or dur out of range")
+    return m, names
 
 
 def _extract_slow(ev: list[Event], top: tuple[str, ...], arg_keys: tuple[str, ...],

@@ -55,6 +55,9 @@ _ALIASES = {
     "clocks_event_reasons_active": "clocks_event_reasons.active",
     "time": "timestamp",
 }
+MAX_GPU_INDEX = 1023
+"""The largest GPU index a row may carry; a row beyond it (or a fractional or negative index)
+is counted as unparsable, not wrapped into the int16 device column."""
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _OFFSET = re.compile(r"^(?:utc|gmt)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
@@ -106,6 +109,10 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     if "clocks_event_reasons.active" in col:
         reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
         ok &= r_ok
+    if "index" in values:  # a GPU index: a small non-negative integer (empty: GPU 0)
+        idx = values["index"]
+        with np.errstate(invalid="ignore"):
+            ok &= np.isnan(idx) | ((idx >= 0) & (idx <= MAX_GPU_INDEX) & (idx == np.floor(idx)))
     skipped += int(n - ok.sum())
     if not ok.any():
         raise InputError(p, "no parsable data row in the CSV")
