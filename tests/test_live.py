@@ -52,9 +52,9 @@ def _script(tmp: Path, body: str) -> str:
 def test_run_sim_headless_records_what_the_fake_delivered(tmp_path: Path) -> None:
     target = _script(tmp_path, """
         import time
-        import ppwtop.agent as agent
+        import ppwtop
         for i in range(13):
-            agent.mark_step(items=32)
+            ppwtop.mark_step(items=32)  # the contract's spelling
             time.sleep(0.12)
         print("target done")
     """)
