@@ -80,6 +80,14 @@ def compare(a: dict[str, Any], b: dict[str, Any] | dict[str, float]) -> tuple[fl
     return s / tot if tot else 0.0, worst, which
 
 
+def covered(a: dict[str, Any], truth: dict[str, float]) -> tuple[int, int]:
+    """Classes of ``truth`` whose 90 % interval in ``a`` holds the truth, of those ``a`` has
+    (flagged or not: is the interval itself honest?)."""
+    keys = [k for k in truth if k in a and truth[k] > 0]
+    lo_hi = [a[k].dynamic_energy_ci_j for k in keys]
+    return sum(lo <= truth[k] <= hi for k, (lo, hi) in zip(keys, lo_hi, strict=True)), len(keys)
+
+
 def drive(trace: Trace, eng: LiveEngine, *, flag_ticks: int = 0, tick_ns: int = 500_000_000
           ) -> tuple[Snapshot | None, list[tuple[float, list[str], int, int]], list[float]]:
     deltas = Deltas(trace)
@@ -133,6 +141,7 @@ def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int, *
     pid = (live.totals.active_idle_w - batch.totals.active_idle_w) / batch.totals.active_idle_w
     p_true = res.truth.active_idle_w * res.truth.gain  # what the sensor reads at active idle
     pid_t = (live.totals.active_idle_w / p_true - 1, batch.totals.active_idle_w / p_true - 1)
+    cov_l, cov_b = covered(lr, truth), covered(br, truth)
     nres = (sum(r.resolvable for r in lr.values()), sum(r.resolvable for r in br.values()))
     same = {k for k, r in lr.items() if r.resolvable} == {k for k, r in br.items()
                                                            if r.resolvable}
@@ -141,7 +150,8 @@ def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int, *
           f"{lt[1]:+.1%}, batch {bt[0]:.1%} worst {bt[1]:+.1%} | Pidle vs truth "
           f"{pid_t[0]:+.1%}/{pid_t[1]:+.1%} | lag "
           f"{live.gpus[0].sensor.lag_ms:.2f}/{batch.gpus[0].sensor.lag_ms:.2f} | resolvable "
-          f"{nres[0]}/{nres[1]} {'same' if same else 'DIFFER'}", flush=True)
+          f"{nres[0]}/{nres[1]} {'same' if same else 'DIFFER'} | interval holds truth live "
+          f"{cov_l[0]}/{cov_l[1]} batch {cov_b[0]}/{cov_b[1]}", flush=True)
     for t, only, nl, nb in flags:
         names = ", ".join(c[:40] for c in only) or "-"
         print(f"    t={t:5.1f}s resolvable live/batch {nl}/{nb}; flagged by live only "
