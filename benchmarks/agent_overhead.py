@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import struct
 import time
 from collections.abc import Callable
@@ -115,7 +116,9 @@ def time_raw(bufs: list[tuple[Any, int, int]], resolve_names: bool,
         return True
 
     col = RawCollector(_Lib(), sink, resolve_names=resolve_names)
-    fn = COMPLETE_FN(ctypes.cast(col._complete_cb, ctypes.c_void_p).value)  # as libcupti does
+    addr = ctypes.cast(col._complete_cb, ctypes.c_void_p).value
+    assert addr is not None
+    fn = COMPLETE_FN(addr)  # as libcupti does
     t = time.perf_counter()
     for arr, valid, _ in bufs:
         fn(None, 0, ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint8)), BUFFER_BYTES, valid)
@@ -164,7 +167,9 @@ _FMT: dict[int, tuple[struct.Struct, tuple[str, ...]]] = {}
 for _k in (KERNEL, RUNTIME, MEMCPY, MEMSET):
     _dt = DEFAULT_LAYOUTS[_k]
     _names = ("kind", "start", "end", "correlation_id")
-    _fields = [(_dt.fields[f][1], _dt.fields[f][0].char) for f in _names]
+    _by_name = _dt.fields
+    assert _by_name is not None  # a record layout: a structured dtype
+    _fields = [(_by_name[f][1], _by_name[f][0].char) for f in _names]
     _FMT[_k] = (struct.Struct("<" + "".join(
         f"{(off - prev_end)}x{c}" if off > prev_end else c
         for (off, c), prev_end in zip(_fields, [0] + [o + np.dtype(c).itemsize
@@ -208,11 +213,11 @@ def main() -> None:
         data, kinds, offsets, sizes = build_records(args.records, layout, rng, ptrs)
         bufs = split_buffers(data, offsets, sizes)
         n = args.records
-        a0, _ = _best(lambda b=bufs: time_raw(b, False), args.repeat)
-        a, names = _best(lambda b=bufs: time_raw(b, True), args.repeat)
+        a0, _ = _best(functools.partial(time_raw, bufs, False), args.repeat)
+        a, names = _best(functools.partial(time_raw, bufs, True), args.repeat)
         raw: list[RawBuffer] = []
         time_raw(bufs, True, raw)
-        b, decoded = _best(lambda r=raw: time_decode(r), args.repeat)
+        b, decoded = _best(functools.partial(time_decode, raw), args.repeat)
         assert decoded == n, (decoded, n)
         c1, m1 = time_objects(bufs, kinds, offsets, args.baseline_records)
         c2, m2 = time_dicts(data, kinds, offsets, args.baseline_records)

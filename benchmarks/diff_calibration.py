@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         same["one_board_long"] = long_rows
     inj: dict[str, Any] = {}
     for v, (_, expect) in variants.items() if a.injected else ():
-        rows = []
+        rows: list[dict[str, Any]] = []
         for s in range(a.injected):
             d = diff(runs[("base", s, True)][0], runs[(v, s + SEED_OFFSET, True)][0], seed=s)
             rows.append({"seed": s, "verdict": d.verdict, "rel_delta": d.relative_delta,

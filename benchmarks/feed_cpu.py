@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         a = t0_ns + i * PIECE_NS
         on = i >= warm
         c0 = time.thread_time()
-        live.add(Trace(strings=src.strings, **src.chunk(a, a + PIECE_NS)))  # type: ignore[arg-type]
+        live.add(Trace(strings=src.strings, **src.chunk(a, a + PIECE_NS)))
         c1 = time.thread_time()
         gen += (c1 - c0) if on else 0.0
         if i % 200 == 199:

@@ -31,10 +31,12 @@ import dataclasses
 import math
 import time
 from typing import Any
+from unittest import mock
 
 import attribution.sim as sim_module
 from attribution.engine import attribute, build
 from attribution.engine.idle_place import IDLE_UNPLACED, idle_leverage
+from attribution.presets import get_preset
 from attribution.sim import simulate
 from attribution.sim.scenarios import SCENARIOS
 
@@ -60,11 +62,9 @@ def run_one(scenario: str, gpu: str, seconds: float, seed: int, *, saturated: bo
     spec = (dataclasses.replace(SCENARIOS[scenario], p_launch_gap=0.0, p_sync=0.0,
                                 p_stall=0.0, copies=()) if saturated else None)
     res = simulate(scenario, gpu, seconds, seed=seed, spec=spec)
-    build.idle_leverage = measure  # the engine's own design, read as it is judged
-    try:
+    # the engine's own design, read as it is judged
+    with mock.patch.object(build, "idle_leverage", measure):
         snap = attribute(res.trace)
-    finally:
-        build.idle_leverage = idle_leverage
     true_w = res.truth.active_idle_w * res.truth.gain
     return {
         "scenario": scenario, "gpu": gpu, "seed": seed, "saturated": saturated,
@@ -80,12 +80,10 @@ def run_one(scenario: str, gpu: str, seconds: float, seed: int, *, saturated: bo
 def off_table(gpu: str, idle_w: float, scenario: str, seconds: float, seed: int
               ) -> dict[str, Any]:
     """A board idling at ``idle_w`` attributed with the table's value as its prior."""
-    real = sim_module.get_preset
-    sim_module.get_preset = lambda key: dataclasses.replace(real(key), active_idle_w=idle_w)
-    try:
+    real = get_preset  # the function attribution.sim imported (and calls)
+    with mock.patch.object(sim_module, "get_preset",
+                           lambda key: dataclasses.replace(real(key), active_idle_w=idle_w)):
         res = simulate(scenario, gpu, seconds, seed=seed)
-    finally:
-        sim_module.get_preset = real
     snap = attribute(res.trace, gpu=gpu)
     true_w = res.truth.active_idle_w * res.truth.gain
     return {"gpu": gpu, "idle_w": idle_w, "scenario": scenario, "seed": seed,

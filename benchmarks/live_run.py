@@ -46,7 +46,7 @@ def split_kernel_names(tr: Trace, n: int) -> Trace:
     variant = np.random.default_rng(0).integers(0, n, len(k))
     key = k.name_id.astype(np.int64) * n + variant
     uniq, inv = np.unique(key, return_inverse=True)
-    strings = list(tr.strings)
+    strings = tr.strings.names()
     new_id = np.arange(len(strings), len(strings) + len(uniq), dtype=np.int64)
     strings += [f"{tr.strings[int(u) // n]}_v{int(u) % n}" for u in uniq]
     kernels = dataclasses.replace(k, name_id=new_id[inv].astype(k.name_id.dtype))

@@ -15,8 +15,10 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from attribution.model import (
     ClockBatch,
@@ -44,6 +46,16 @@ STEP_NS = 100_000_000
 BUSY_SHARE = 0.8
 
 
+class Chunk(TypedDict):
+    """One chunk of the run, as :meth:`RecordSource.chunk` gives it (Trace's own field names)."""
+
+    kernels: KernelBatch
+    power: PowerBatch
+    energy: EnergyBatch
+    clocks: ClockBatch
+    markers: MarkerBatch
+
+
 class RecordSource:
     """Generates the records of ``[t_from_ns, t_to_ns)`` of a run at ``rate_per_s`` kernels/s.
 
@@ -61,7 +73,8 @@ class RecordSource:
         self.dp_w = rng.uniform(50.0, 450.0, N_CLASSES)
         self.energy_mj = 0.0
 
-    def _mix(self, t_ns: np.ndarray, u: np.ndarray) -> np.ndarray:
+    def _mix(self, t_ns: npt.NDArray[np.int64], u: npt.NDArray[np.float64]
+             ) -> npt.NDArray[np.int64]:
         """Per-kernel class: a skewed mix rotated by a per-step offset, so the mix differs
         from one 100 ms step (one power reading) to the next and classes stay separable."""
         step = t_ns // STEP_NS
@@ -69,7 +82,7 @@ class RecordSource:
         return (np.minimum((N_CLASSES * u**2).astype(np.int64), N_CLASSES - 1) + shift) \
             % N_CLASSES
 
-    def chunk(self, t_from_ns: int, t_to_ns: int) -> dict[str, object]:
+    def chunk(self, t_from_ns: int, t_to_ns: int) -> Chunk:
         rng = np.random.default_rng([self.seed, t_from_ns])
         # kernels back to back for the first 80 % of each 100 ms step, then a host stall;
         # the rate over the whole run is rate_per_s
@@ -135,7 +148,7 @@ class LoadFeed:
         self.chunk_ns = int(chunk_s * 1e9)
         self.n_boot = n_boot
         self.gpu = gpu
-        self._ring: collections.deque[tuple[int, dict[str, object]]] = collections.deque()
+        self._ring: collections.deque[tuple[int, Chunk]] = collections.deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._t0_wall = time.monotonic()
@@ -163,8 +176,8 @@ class LoadFeed:
                 g0 = time.perf_counter()
                 ch = self.source.chunk(t_from, t_from + self.chunk_ns)
                 self.generate_s += time.perf_counter() - g0
-                self.records += len(ch["kernels"])  # type: ignore[arg-type]
-                self.live.add(Trace(strings=self.source.strings, **ch))  # type: ignore[arg-type]
+                self.records += len(ch["kernels"])
+                self.live.add(Trace(strings=self.source.strings, **ch))
                 with self._lock:
                     self._ring.append((t_from, ch))
                     while self._ring and self._ring[0][0] < t_from - self.horizon_ns:
@@ -179,17 +192,18 @@ class LoadFeed:
 
     def ring_records(self) -> int:
         with self._lock:
-            return sum(len(c["kernels"]) for _, c in self._ring)  # type: ignore[arg-type]
+            return sum(len(c["kernels"]) for _, c in self._ring)
 
     def trace(self) -> Trace:
         with self._lock:
             chunks = [c for _, c in self._ring]
         tr = Trace(strings=self.source.strings,
                    devices=[DeviceInfo(0, "NVIDIA H100 80GB HBM3")], meta={"source": "load"})
-        for name, cls in (("kernels", KernelBatch), ("power", PowerBatch),
-                          ("energy", EnergyBatch), ("clocks", ClockBatch),
-                          ("markers", MarkerBatch)):
-            setattr(tr, name, cls.concat([c[name] for c in chunks]))  # type: ignore[misc]
+        tr.kernels = KernelBatch.concat([c["kernels"] for c in chunks])
+        tr.power = PowerBatch.concat([c["power"] for c in chunks])
+        tr.energy = EnergyBatch.concat([c["energy"] for c in chunks])
+        tr.clocks = ClockBatch.concat([c["clocks"] for c in chunks])
+        tr.markers = MarkerBatch.concat([c["markers"] for c in chunks])
         return tr
 
     # ------------------------------------------------------------------ SnapshotFeed
@@ -209,7 +223,7 @@ class LoadFeed:
     def power_trace(self) -> PowerTrace:
         with self._lock:
             chunks = [c["power"] for _, c in self._ring]
-        pw = PowerBatch.concat(chunks)  # type: ignore[arg-type]
+        pw = PowerBatch.concat(chunks)
         keep = pw.t_ns >= (pw.t_ns[-1] - int(GRAPH_S * 1e9) if len(pw) else 0)
         return pw.t_ns[keep], pw.power_mw[keep] / 1000.0
 

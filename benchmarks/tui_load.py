@@ -31,7 +31,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attribution.snapshot import Snapshot
+    from ppwtop.tui.feed import PowerTrace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -82,9 +86,9 @@ async def run_worker(rate: float, seconds: float, horizon_s: float, engine: bool
     render_s: list[float] = []
     show = app.live.show_snapshot
 
-    def timed_show(*a: Any) -> None:  # the UI thread's own work per message
-        t0 = time.perf_counter()
-        show(*a)
+    def timed_show(snap: Snapshot | None, power: PowerTrace) -> None:
+        t0 = time.perf_counter()  # the UI thread's own work per message
+        show(snap, power)
         render_s.append(time.perf_counter() - t0)
 
     app.live.show_snapshot = timed_show  # type: ignore[method-assign]

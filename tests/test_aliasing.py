@@ -21,7 +21,7 @@ from attribution.engine.live import LiveEngine
 from attribution.engine.timebase import window_fractions
 from attribution.model import EnergyBatch, Trace
 from attribution.sim import simulate
-from attribution.snapshot import Snapshot
+from attribution.snapshot import CopyRow, KernelRow, Snapshot
 from tests.test_live_engine import drive
 
 MS = 1_000_000
@@ -86,7 +86,8 @@ def _check_locked(snap: Snapshot, p_idle_w: float, *, anchored: bool) -> None:
     assert snap.kernels and not any(k.resolvable for k in snap.kernels)
     assert all(k.why.startswith("power readings phase-locked") for k in snap.kernels)
     # the split among classes is unknown: each interval spans 0 to the whole dynamic energy
-    dyn_j = sum(r.dynamic_energy_j for r in [*snap.kernels, *snap.copies])
+    rows: list[KernelRow | CopyRow] = [*snap.kernels, *snap.copies]
+    dyn_j = sum(r.dynamic_energy_j for r in rows)
     for k in snap.kernels:
         lo, hi = k.dynamic_energy_ci_j
         assert lo == 0.0 and hi >= dyn_j * (1 - 1e-12)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -66,6 +67,22 @@ def _decode(bufs: list[RawBuffer], dec: cd.Decoder | None = None) -> tuple[cd.De
 
 def _names(tr: Trace, ids: np.ndarray) -> list[str | None]:
     return [tr.strings[i] if i >= 0 else None for i in ids.tolist()]
+
+
+def _sorted_names(tr: Trace, ids: np.ndarray) -> list[str]:
+    """:func:`_names`, sorted: every name must be resolved (``sorted`` cannot order None)."""
+    names = _names(tr, ids)
+    known = [n for n in names if n is not None]
+    assert len(known) == len(names), names
+    return sorted(known)
+
+
+def _keep_into(got: list[RawBuffer]) -> Callable[[RawBuffer], bool]:
+    """A sink that keeps every buffer in ``got`` and accepts it."""
+    def sink(b: RawBuffer) -> bool:
+        got.append(b)
+        return True
+    return sink
 
 
 def _hand_trace() -> Trace:
@@ -170,7 +187,7 @@ def test_collector_enables_the_kinds_and_registers_c_callbacks() -> None:
 def test_disabled_kinds_are_not_delivered() -> None:
     lib = FakeCuptiLib(_hand_trace())
     got: list[RawBuffer] = []
-    col = RawCollector(lib, lambda b: got.append(b) or True,
+    col = RawCollector(lib, _keep_into(got),
                        kinds=(int(AK.CONCURRENT_KERNEL),))
     col.start(flush_period_s=None)
     col.flush()
@@ -186,14 +203,14 @@ def test_names_are_read_once_per_pointer_and_shipped_once() -> None:
         ["sm90_gemm_bf16", "vectorized_elementwise_kernel<4>"])
     lib.add_trace(src)  # the same kernels again: same name pointers
     got: list[RawBuffer] = []
-    col.sink = lambda b: got.append(b) or True
+    col.sink = _keep_into(got)
     col.flush()
     assert got and all(not b.names for b in got)
     assert col.names.fast_hits >= 1  # known pointers only: no walk in the target
     dec, _ = _decode(first)
     _, again = _decode(got, dec)  # the decoder kept the names from the first buffers
-    assert sorted(_names(again, again.kernels.name_id)) == sorted(
-        _names(src, src.kernels.name_id))
+    assert _sorted_names(again, again.kernels.name_id) == _sorted_names(
+        src, src.kernels.name_id)
 
 
 def test_unresolvable_name_pointer_gives_unknown_id_not_a_crash() -> None:
@@ -221,7 +238,7 @@ def test_sink_refusal_drops_whole_buffers_and_resends_names() -> None:
     col, _ = _run(lib, sink_ok=False)
     assert col.stats.dropped_buffers == col.stats.buffers > 0
     got: list[RawBuffer] = []
-    col.sink = lambda b: got.append(b) or True
+    col.sink = _keep_into(got)
     lib.add_trace(src)
     col.flush()
     names = {n for b in got for n in b.names.values()}
@@ -367,13 +384,13 @@ def test_names_can_be_read_from_the_target_memory_instead() -> None:
     src = _hand_trace()
     lib = FakeCuptiLib(src)
     got: list[RawBuffer] = []
-    col = RawCollector(lib, lambda b: got.append(b) or True, resolve_names=False)
+    col = RawCollector(lib, _keep_into(got), resolve_names=False)
     col.start(flush_period_s=None)
     col.flush()
     assert got and all(not b.names for b in got)  # the target walked nothing
     resolver = cd.ProcessMemoryNames(os.getpid())  # the fake's names live in this process
     _, out = _decode(got, cd.Decoder(names=resolver))
-    assert sorted(_names(out, out.kernels.name_id)) == sorted(_names(src, src.kernels.name_id))
+    assert _sorted_names(out, out.kernels.name_id) == _sorted_names(src, src.kernels.name_id)
     assert resolver(0) is None  # unmapped: None, not a crash
     resolver.close()
 
@@ -436,7 +453,7 @@ def test_field_that_looks_like_a_kind_falls_back_to_a_walk() -> None:
         "correlation": [1 << 20], "name_id": [src.apis.name_id[0]],
         "kind": [int(ApiKind.LAUNCH)]})])
     got: list[RawBuffer] = []
-    col.sink = lambda b: got.append(b) or True
+    col.sink = _keep_into(got)
     lib.add_trace(tricky)
     col.flush()
     assert col.names.walks == walks + 1 and col.stats.callback_errors == 0

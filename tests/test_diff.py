@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pytest
 
@@ -36,7 +37,7 @@ BASE_IDLE = {"launch_gap": 3.0, "host_stall": 1.0}
 
 
 def make_snapshot(
-    step_energy_j: Sequence[float] | None,
+    step_energy_j: Sequence[float] | npt.NDArray[np.float64] | None,
     kernels: Mapping[str, float],
     *,
     copies: Mapping[tuple[str, str], float] | None = None,

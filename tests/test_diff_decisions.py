@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,13 +14,14 @@ import pytest
 from attribution.diff import diff, mechanism_energies
 from attribution.engine import attribute
 from attribution.sim import SCENARIOS, simulate
-from attribution.snapshot import KernelRow
+from attribution.snapshot import KernelRow, Snapshot
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_diff import make_snapshot
 
 
-def _pair(uuid_a: str | None, uuid_b: str | None, shift: float = 0.0) -> tuple[object, object]:
+def _pair(uuid_a: str | None, uuid_b: str | None, shift: float = 0.0
+          ) -> tuple[Snapshot, Snapshot]:
     rng = np.random.default_rng(0)
     xa = 100 + 5 * rng.standard_normal(400)
     xb = 100 * (1 + shift) + 5 * rng.standard_normal(400)
@@ -30,11 +32,11 @@ def _pair(uuid_a: str | None, uuid_b: str | None, shift: float = 0.0) -> tuple[o
 
 def test_two_boards_widen_the_interval_by_their_gain_ratio() -> None:
     a, b = _pair("GPU-1", "GPU-1")
-    same = diff(a, b)  # type: ignore[arg-type]
+    same = diff(a, b)
     a, b = _pair(None, None)
-    unknown = diff(a, b)  # type: ignore[arg-type]
+    unknown = diff(a, b)
     a, b = _pair("GPU-1", "GPU-2")
-    two = diff(a, b)  # type: ignore[arg-type]
+    two = diff(a, b)
     assert same.delta_ci == unknown.delta_ci
     assert any("do not say which boards" in r for r in unknown.reasons)
     w_same = same.delta_ci[1] - same.delta_ci[0]
@@ -45,9 +47,9 @@ def test_two_boards_widen_the_interval_by_their_gain_ratio() -> None:
     assert any("different boards" in r for r in two.reasons)
     # a 4 % step is a regression on one board, not across two
     a, b = _pair("GPU-1", "GPU-1", shift=0.04)
-    assert diff(a, b).verdict == "regression"  # type: ignore[arg-type]
+    assert diff(a, b).verdict == "regression"
     a, b = _pair("GPU-1", "GPU-2", shift=0.04)
-    assert diff(a, b).verdict == "inconclusive"  # type: ignore[arg-type]
+    assert diff(a, b).verdict == "inconclusive"
 
 
 def test_unresolvable_mechanism_tops_only_on_what_it_is_sure_of() -> None:
@@ -73,12 +75,12 @@ def test_clamp_joules_move_out_of_the_stretched_kernels() -> None:
     assert sum(e.values()) == pytest.approx(s.totals.energy_j)
 
 
-def _one_board(seed: int, **change: object) -> object:
+def _one_board(seed: int, **change: Any) -> Snapshot:
     """An 8 s run on one board (readings divided by the seed's gain, one uuid).  One mix for
     every phase: phases are counted in steps, so a short run with slower steps would cover
     other phases (another kernel mix) and confound the injected change."""
     spec = dataclasses.replace(SCENARIOS["varied_mix"], dirichlet_alpha=0.0, **change)
-    sim = simulate("varied_mix", "a100", 8, seed=seed, spec=spec)  # type: ignore[arg-type]
+    sim = simulate("varied_mix", "a100", 8, seed=seed, spec=spec)
     tr = sim.trace
     g = 1.0 / sim.truth.gain
     tr.power = type(tr.power)(**{**tr.power.columns(), "power_mw": np.rint(
@@ -91,8 +93,8 @@ def _one_board(seed: int, **change: object) -> object:
 
 def test_simulated_host_stall_regression_and_same_config_rerun() -> None:
     base = _one_board(0)
-    worse = diff(base, _one_board(1000, p_stall=0.6))  # type: ignore[arg-type]
+    worse = diff(base, _one_board(1000, p_stall=0.6))
     assert worse.verdict == "regression"
     assert worse.mechanisms[0].mechanism == "idle.host_stall"
-    again = diff(base, _one_board(1000))  # type: ignore[arg-type]
+    again = diff(base, _one_board(1000))
     assert again.verdict in ("neutral", "inconclusive")

@@ -8,6 +8,7 @@ lag 2 ms) is computed here on a 20 µs grid, independently of the engine's own a
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -31,6 +32,11 @@ from attribution.model import (
     Trace,
 )
 from attribution.precision import precision_of
+from attribution.snapshot import CopyRow, KernelRow
+
+if TYPE_CHECKING:
+    from attribution.engine import Arrays
+    from attribution.sim import SimResult
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
@@ -146,7 +152,8 @@ def test_conventions_sum_and_non_negative(hand: Trace) -> None:
     dyn = sum(k.dynamic_energy_j for k in snap.kernels) + sum(c.dynamic_energy_j
                                                              for c in snap.copies)
     assert t.energy_j == pytest.approx(t.active_idle_w * snap.window.duration_s + dyn, rel=1e-3)
-    for row in (*snap.kernels, *snap.copies):
+    busy_rows: tuple[KernelRow | CopyRow, ...] = (*snap.kernels, *snap.copies)
+    for row in busy_rows:
         assert row.energy_j >= row.dynamic_energy_j >= 0
     assert all(i.energy_j >= 0 for i in snap.idle)
     for k in snap.kernels:
@@ -274,8 +281,8 @@ def test_precision_from_kernel_names(name: str, want: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _sim_errors(scenario: str, gpu: str, seconds: float) -> tuple[dict[str, float], float,
-                                                                    float, object]:
+def _sim_errors(scenario: str, gpu: str, seconds: float
+                ) -> tuple[dict[str, float], float, float, tuple[SimResult, Arrays]]:
     from attribution.engine.timebase import readings_for, usable, window_fractions
     from attribution.sim import simulate
 
@@ -302,7 +309,7 @@ def test_simulator_a100_varied_mix_accuracy() -> None:
     # 29 %; the four big kernels within +2.8 … +5.4 %, layer norm +10 % inside its ±16 % interval
     assert err < 0.06
     assert err_naive > 4 * err
-    res, arrays = out[3]  # type: ignore[misc]
+    res, arrays = out[3]
     d = arrays.devices[0]
     truth = res.truth.class_dynamic_j
     kernels = [k for k in rel if k.startswith("kernel:")]
@@ -378,7 +385,7 @@ def test_unknown_board_gets_period_measured_and_window_fitted() -> None:
     snap = attribute(tr, n_boot=5)
     s = snap.gpus[0].sensor
     assert snap.gpus[0].model == "unknown"
-    assert (s.period_ms, s.window_ms) == (pytest.approx(T_MS), pytest.approx(W_MS))
+    assert s.period_ms == pytest.approx(T_MS) and s.window_ms == pytest.approx(W_MS)
     truth = _true_dynamic(tr)
     rows = {k.name: k for k in snap.kernels}
     assert rows["gemm_bf16"].dynamic_energy_j == pytest.approx(truth["gemm_bf16"], rel=0.03)

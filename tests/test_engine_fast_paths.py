@@ -12,6 +12,7 @@ sweeps (``native_mode``), which must give the same bits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,6 +41,7 @@ from attribution.model import (
     CopyBatch,
     KernelBatch,
     MemsetBatch,
+    StringTable,
     Trace,
 )
 
@@ -200,7 +202,7 @@ def _timeline(seed: int, n: int, *, devices: int, sorted_items: bool, dense_corr
         "name_id": np.zeros(len(api_s), np.int32)})
     return Trace(kernels=KernelBatch.from_columns(kc), copies=CopyBatch.from_columns(cc),
                  memsets=MemsetBatch.from_columns(mc), apis=apis,
-                 strings=[f"k{i}" for i in range(6)])
+                 strings=StringTable([f"k{i}" for i in range(6)]))
 
 
 CASES = st.tuples(st.integers(0, 10_000), st.integers(1, 400), st.integers(1, 3), st.booleans(),
@@ -210,7 +212,8 @@ CASES = st.tuples(st.integers(0, 10_000), st.integers(1, 400), st.integers(1, 3)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                               HealthCheck.function_scoped_fixture])
 @given(CASES)
-def test_idle_intervals_match_the_plain_form(case: tuple) -> None:
+def test_idle_intervals_match_the_plain_form(
+        case: tuple[int, int, int, bool, bool, int, float, float]) -> None:
     seed, n, devices, sorted_items, dense, syncs, a, b = case
     tr = _timeline(seed, n, devices=devices, sorted_items=sorted_items, dense_corr=dense,
                    syncs=syncs)
@@ -219,7 +222,8 @@ def test_idle_intervals_match_the_plain_form(case: tuple) -> None:
     devs = device_indices(tr)
     got = idle_intervals(tr, ws, we, devs)
     want = ref_idle(tr, ws, we, devs)
-    for g, w in zip((got.start_ns, got.end_ns, got.device, got.cause), want, strict=True):
+    cols: tuple[np.ndarray, ...] = (got.start_ns, got.end_ns, got.device, got.cause)
+    for g, w in zip(cols, want, strict=True):
         assert np.array_equal(g, w)
 
 
@@ -229,7 +233,8 @@ def test_idle_intervals_match_on_a_dense_timeline() -> None:
     got = idle_intervals(tr, T0, T0 + 8_000_400_000, [0])
     want = ref_idle(tr, T0, T0 + 8_000_400_000, [0])
     assert len(got) > 1000 and len(set(got.cause.tolist())) >= 3  # all paths exercised
-    for g, w in zip((got.start_ns, got.end_ns, got.device, got.cause), want, strict=True):
+    cols: tuple[np.ndarray, ...] = (got.start_ns, got.end_ns, got.device, got.cause)
+    for g, w in zip(cols, want, strict=True):
         assert np.array_equal(g, w)
 
 
@@ -304,7 +309,7 @@ def test_busy_function_groups_any_labels() -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(-40_000, 40_000), max_size=60), st.sampled_from(
     [np.int16, np.int32, np.int64]))
-def test_int_sets_are_np_unique(values: list[int], dtype: type) -> None:
+def test_int_sets_are_np_unique(values: list[int], dtype: type[np.signedinteger[Any]]) -> None:
     a = np.array(values, np.int64).astype(dtype)
     u, inv = unique_inverse(a)
     wu, winv = np.unique(a, return_inverse=True)

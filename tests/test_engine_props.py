@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from attribution.engine import attribute, attribute_arrays
 from attribution.model import Trace
 from attribution.sim import simulate
-from attribution.snapshot import Snapshot
+from attribution.snapshot import CopyRow, KernelRow, Snapshot
 
 N_BOOT = 10
 _SPAN_FIELDS = ("kernels", "copies", "memsets", "apis", "markers")
@@ -76,7 +76,7 @@ seeds = st.integers(0, 3)
 def test_conservation_and_non_negativity(scenario: str, gpu: str, seed: int) -> None:
     tr = _sim(scenario, gpu, seed)
     s = attribute(tr, n_boot=N_BOOT)
-    rows = (*s.kernels, *s.copies)
+    rows: tuple[KernelRow | CopyRow, ...] = (*s.kernels, *s.copies)
     parts = sum(r.energy_j for r in rows) + sum(i.energy_j for i in s.idle)
     assert abs(parts - s.totals.energy_j) <= 1e-3 * s.totals.energy_j
     dyn = sum(r.dynamic_energy_j for r in rows)

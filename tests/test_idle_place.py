@@ -20,6 +20,7 @@ from attribution.engine.idle_place import (
 )
 from attribution.engine.live import LiveEngine
 from attribution.model import POLL_TIME_KEY, DeviceInfo, KernelBatch, PowerField, StringTable, Trace
+from attribution.presets import get_preset
 from attribution.sim import simulate
 from attribution.sim.scenarios import SCENARIOS
 from attribution.snapshot import Snapshot
@@ -199,7 +200,7 @@ def test_a_board_idling_off_its_table_value_keeps_its_own_when_the_readings_pin_
     ±50 % sanity band): the degenerate-fit rule used to hold P_idle at 70 W (−37 % on the
     demo run, every class flagged "fit is degenerate"). The readings pin it to about 1 %,
     so both engines now keep the fit, say so in a warning, and judge the classes as usual."""
-    real = attribution.sim.get_preset
+    real = get_preset  # the function attribution.sim imported (and calls)
     monkeypatch.setattr(attribution.sim, "get_preset",
                         lambda key: dataclasses.replace(real(key), active_idle_w=110.0))
     res = simulate("demo", "h100", 40.0, seed=7)

@@ -255,8 +255,9 @@ def test_events_that_would_wrap_or_carry_no_name_are_dropped(tmp_path: Path,
     # found by an audit: a null name reached the engine as None (an internal error there), and
     # ts 1e30 µs wrapped in int64 ns, placing the kernel at an arbitrary time with a numpy
     # warning; each is now a malformed event, dropped and noted like a non-numeric ts
-    good = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0,
-            "dur": 1.5, "args": {"device": 0, "stream": 7, "correlation": 3}}
+    good: dict[str, Any] = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                            "ts": 10.0, "dur": 1.5,
+                            "args": {"device": 0, "stream": 7, "correlation": 3}}
     doc = {"traceEvents": [good, {**good, **bad, "args": {**good["args"], "correlation": 4}}],
            "baseTimeNanoseconds": 1_000_000_000}
     p = tmp_path / "t.json"

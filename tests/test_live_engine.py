@@ -4,6 +4,7 @@ contract's conventions, bounded state, and the feed wiring."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -12,14 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attribution.engine import attribute, live, regress
+from attribution.engine import attribute, live, live_boost, live_redo, regress
 from attribution.engine.activity import BusyFunction, items_for_device
 from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_fit import bootstrap_gram, gram, solve_gram
 from attribution.model import F64, I64, Trace
 from attribution.sim import simulate
-from attribution.snapshot import Snapshot
+from attribution.snapshot import CopyRow, KernelRow, Snapshot
 
 TICK_NS = 500_000_000
 
@@ -81,11 +82,13 @@ def test_live_matches_batch_on_the_same_horizon(pair: tuple[Snapshot, Snapshot])
     assert live.meta["engine"] == "regress/1+live"
     assert live.totals.energy_j == pytest.approx(batch.totals.energy_j, rel=0.01)
     assert live.totals.active_idle_w == pytest.approx(batch.totals.active_idle_w, rel=0.02)
-    b_rows = {(r.name, r.gpu): r for r in batch.kernels}
-    b_rows.update({(f"{r.kind}/{r.memory}", r.gpu): r for r in batch.copies})  # type: ignore
+    b_rows: dict[tuple[str, int], KernelRow | CopyRow] = {
+        (r.name, r.gpu): r for r in batch.kernels}
+    b_rows.update({(f"{r.kind}/{r.memory}", r.gpu): r for r in batch.copies})
     dyn_total = sum(r.dynamic_energy_j for r in b_rows.values())
-    for r in [*live.kernels, *live.copies]:
-        key = (r.name if hasattr(r, "name") else f"{r.kind}/{r.memory}", r.gpu)  # type: ignore
+    live_rows: list[KernelRow | CopyRow] = [*live.kernels, *live.copies]
+    for r in live_rows:
+        key = (r.name if hasattr(r, "name") else f"{r.kind}/{r.memory}", r.gpu)
         b = b_rows[key]
         assert r.time_s == pytest.approx(b.time_s, rel=1e-3, abs=1e-4)
         assert abs(r.calls - b.calls) <= max(2, 0.001 * b.calls)
@@ -97,9 +100,9 @@ def test_live_matches_batch_on_the_same_horizon(pair: tuple[Snapshot, Snapshot])
     assert live.steps.latency_ms.p50 == pytest.approx(batch.steps.latency_ms.p50, rel=0.02)
     assert live.steps.energy_j.mean == pytest.approx(batch.steps.energy_j.mean, rel=0.02)
     idle_total = sum(r.time_s for r in batch.idle)
-    for a, b in zip(live.idle, batch.idle, strict=True):
-        assert a.cause == b.cause
-        assert abs(a.time_s - b.time_s) <= 0.02 * idle_total + 1e-6
+    for a_idle, b_idle in zip(live.idle, batch.idle, strict=True):
+        assert a_idle.cause == b_idle.cause
+        assert abs(a_idle.time_s - b_idle.time_s) <= 0.02 * idle_total + 1e-6
 
 
 def test_live_snapshot_keeps_the_conventions(pair: tuple[Snapshot, Snapshot]) -> None:
@@ -110,10 +113,11 @@ def test_live_snapshot_keeps_the_conventions(pair: tuple[Snapshot, Snapshot]) ->
     i = sum(r.energy_j for r in live.idle)
     assert k + c + i == pytest.approx(t.energy_j, rel=1e-12)
     assert (t.kernel_energy_j, t.copy_energy_j, t.idle_energy_j) == pytest.approx((k, c, i))
-    busy = sum(r.time_s for r in [*live.kernels, *live.copies])
+    busy_rows: list[KernelRow | CopyRow] = [*live.kernels, *live.copies]
+    busy = sum(r.time_s for r in busy_rows)
     idle = sum(r.time_s for r in live.idle)
     assert idle <= live.window.duration_s + 1e-6 and busy > 0
-    for r in [*live.kernels, *live.copies]:
+    for r in busy_rows:
         lo, hi = r.dynamic_energy_ci_j
         assert r.energy_j >= r.dynamic_energy_j >= 0
         assert lo <= r.dynamic_energy_j <= hi
@@ -260,7 +264,8 @@ def test_degenerate_fit_holds_idle_and_flags_every_class_as_batch_does() -> None
     batch = batch_on(trace, (live.window.start_ns, live.window.end_ns))
     for snap in (live, batch):
         assert snap.totals.active_idle_w == pytest.approx(62.0, abs=3.0)
-        assert snap.kernels and not any(r.resolvable for r in [*snap.kernels, *snap.copies])
+        rows: list[KernelRow | CopyRow] = [*snap.kernels, *snap.copies]
+        assert snap.kernels and not any(r.resolvable for r in rows)
         assert all(r.why.startswith("fit is degenerate") for r in snap.kernels)
 
 
@@ -272,7 +277,8 @@ def _on_the_edge(snaps: tuple[Snapshot, ...], margin: float = 0.02) -> set[str]:
 
     out = set()
     for snap in snaps:
-        rows = [(f"kernel:{r.name}", r) for r in snap.kernels]
+        rows: list[tuple[str, KernelRow | CopyRow]] = [
+            (f"kernel:{r.name}", r) for r in snap.kernels]
         rows += [(f"copy:{r.kind}/{r.memory}", r) for r in snap.copies]
         for key, r in rows:
             d, (lo, hi) = r.dynamic_energy_j, r.dynamic_energy_ci_j
@@ -450,8 +456,8 @@ def test_the_stepped_response_search_scans_the_tail_one_gap_at_a_time(
     seen: list[int] = []
     orig = tail_mod._candidates
 
-    def counting(*a: object, **kw: object) -> object:
-        for c in orig(*a, **kw):  # type: ignore[arg-type]
+    def counting(*a: Any, **kw: Any) -> Iterator[Any]:
+        for c in orig(*a, **kw):
             seen.append(int(c[0]))
             yield c
 
@@ -517,10 +523,10 @@ def test_rows_redone_over_ticks_equal_rows_redone_at_once(scenario: str, gpu: st
     board the tail column too -- and its lag."""
     trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=seed).trace
     # refits every 3 s, each searched in a tick or two: the lag moves several times
-    kw = dict(devices=trace.devices, horizon_s=30.0, refit_every_s=3.0, fit_span_s=8.0,
-              lag_units_per_tick=150)
-    spread = LiveEngine(**kw, redo_rows_per_tick=32)  # type: ignore[arg-type]  (done in 2 s)
-    at_once = LiveEngine(**kw, redo_rows_per_tick=math.inf)  # type: ignore[arg-type]
+    engine = functools.partial(LiveEngine, devices=trace.devices, horizon_s=30.0,
+                               refit_every_s=3.0, fit_span_s=8.0, lag_units_per_tick=150)
+    spread = engine(redo_rows_per_tick=32)  # (done in 2 s)
+    at_once = engine(redo_rows_per_tick=math.inf)
     pending = compared = 0
     for now, d in ticks(trace):
         for eng in (spread, at_once):
@@ -551,13 +557,16 @@ def test_background_between_updates_gives_the_same_snapshots(
     that is never asked (its ``update`` runs the same work first), and an update that
     follows a drained ``background()`` must run none of that work itself."""
     trace = simulate(scenario=scenario, gpu=gpu, seconds=40.0, seed=seed).trace
-    kw = dict(devices=trace.devices, horizon_s=30.0, refit_every_s=3.0, fit_span_s=8.0,
-              lag_units_per_tick=60, redo_rows_per_tick=32, n_boot=20)
-    between = LiveEngine(**kw)  # type: ignore[arg-type]
-    inline = LiveEngine(**kw)  # type: ignore[arg-type]
+    engine = functools.partial(LiveEngine, devices=trace.devices, horizon_s=30.0,
+                               refit_every_s=3.0, fit_span_s=8.0, lag_units_per_tick=60,
+                               redo_rows_per_tick=32, n_boot=20)
+    between = engine()
+    inline = engine()
     in_update: list[str] = []
     calls = {"update": 0, "background": 0}
-    step, rows, start = live.ResponseSearch.step, live.redo_rows, live.LiveEngine._start_search
+    # the class and the function live.py imported (the objects it calls)
+    step, rows, start = (live_boost.ResponseSearch.step, live_redo.redo_rows,
+                         live.LiveEngine._start_search)
 
     def counted(f: Any) -> Any:
         def run(*a: Any, **k: Any) -> Any:
@@ -566,7 +575,7 @@ def test_background_between_updates_gives_the_same_snapshots(
             return f(*a, **k)
         return run
 
-    monkeypatch.setattr(live.ResponseSearch, "step", counted(step))
+    monkeypatch.setattr(live_boost.ResponseSearch, "step", counted(step))
     monkeypatch.setattr(live, "redo_rows", counted(rows))
     monkeypatch.setattr(live.LiveEngine, "_start_search", counted(start))
     compared = redoing = 0

@@ -4,11 +4,15 @@ chunk, and the panels' counted unique against numpy's."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import pytest
 
+from attribution.columns import Columns
 from attribution.engine.activity import BusyFunction
-from attribution.engine.live_reduce import ITEMS, ChunkBuffer, QueryBusy
+from attribution.engine.deltas import ITEMS
+from attribution.engine.live_reduce import ChunkBuffer, QueryBusy
 from attribution.intsets import unique_inverse
 from attribution.model import (
     ApiBatch,
@@ -18,6 +22,8 @@ from attribution.model import (
     MemsetBatch,
     Trace,
 )
+
+C = TypeVar("C", bound=Columns)
 
 
 def _items(rng: np.random.Generator, n: int, n_cls: int) -> tuple[np.ndarray, ...]:
@@ -163,7 +169,7 @@ def _random_chunk(rng: np.random.Generator, k: int) -> Trace:
     """Chunk k of a stream: 0-60 kernels ending in [k, k+1) ms, some long; now and then a
     chunk whose items all start late (so a selection skips it between two it reads), API
     calls, markers, copies, or nothing at all."""
-    def batch(cls: type, n: int, late: bool) -> object:
+    def batch(cls: type[C], n: int, late: bool) -> C:
         e = np.sort(rng.integers(k * 1000, (k + 1) * 1000, n))
         s = e - (rng.integers(0, 50, n) if late else rng.integers(0, 4000, n))
         return cls.from_columns({"start_ns": s, "end_ns": e, "device": rng.integers(0, 2, n),

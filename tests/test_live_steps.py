@@ -83,7 +83,9 @@ def test_median_is_np_median(values: list[int], scale: int) -> None:
     b = a.copy()
     assert repr(median(b, overwrite=True)) == repr(want)
     assert sorted(b.tolist()) == sorted(a.tolist())
-    big = np.random.default_rng(len(values)).integers(0, 2_000_000, 10_001 + scale) * 1e-9
+    big = np.asarray(
+        np.random.default_rng(len(values)).integers(0, 2_000_000, 10_001 + scale) * 1e-9,
+        np.float64)
     assert repr(median(big)) == repr(float(np.median(big)))
 
 @pytest.mark.parametrize("seed", range(6))

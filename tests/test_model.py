@@ -17,8 +17,9 @@ def test_from_columns_fills_unknowns_and_casts() -> None:
 
 def test_unequal_lengths_rejected() -> None:
     with pytest.raises(ValueError, match="rows"):
-        PowerBatch(t_ns=np.zeros(2), power_mw=np.zeros(3), device=np.zeros(2),
-                   field=np.zeros(2), fresh=np.ones(2, bool))
+        PowerBatch(t_ns=np.zeros(2, np.int64), power_mw=np.zeros(3, np.int64),
+                   device=np.zeros(2, np.int16), field=np.zeros(2, np.uint8),
+                   fresh=np.ones(2, bool))
 
 
 def test_concat_sort_shift() -> None:
@@ -46,7 +47,8 @@ def test_empty_batches_are_shared_per_class_and_typed() -> None:
     columns, a different instance per class, and building on it leaves it empty."""
     a, b = Trace(), Trace()
     assert a.kernels is b.kernels is KernelBatch.empty()
-    assert PowerBatch.empty() is a.power and PowerBatch.empty() is not a.kernels
+    kernels: object = a.kernels  # another class's instance: compared by identity only
+    assert PowerBatch.empty() is a.power and PowerBatch.empty() is not kernels
     for name, dtype in KernelBatch.DTYPES.items():
         col = getattr(a.kernels, name)
         assert col.dtype == dtype and col.shape == (0,)

@@ -16,7 +16,8 @@ import pynvml
 import pytest
 
 from attribution.model import PowerField
-from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError, parse_cuda_visible_devices
+from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError
+from ppwtop.collectors.nvml_rows import parse_cuda_visible_devices
 from ppwtop.fakes.nvml_board import BoardModel, VirtualClock, board_from_sim, square_wave
 from ppwtop.fakes.nvml_lib import FakeNvmlLib, installed
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from attribution.idle import IdleIntervals
 from attribution.intsets import distinct_ints, unique_inverse, value_counts
-from attribution.model import I64, KernelBatch, MarkerBatch, MarkerKind, Trace
+from attribution.model import I64, KernelBatch, MarkerBatch, MarkerKind, StringTable, Trace
 from attribution.ranking import RankInputs
 from attribution.ranking import idle_copies as ic
 from attribution.ranking.common import (
@@ -207,7 +207,7 @@ def _kernel_trace(seed: int, n: int, *, devices: int, shuffle: bool, overlap: bo
         dur[rng.random(n) < 0.03] += 1_000_000
     dev = rng.integers(0, devices, n).astype(np.int16)
     p = rng.permutation(n) if shuffle else np.arange(n)
-    tr = Trace(strings=list(NAMES))
+    tr = Trace(strings=StringTable(NAMES))
     tr.kernels = KernelBatch.from_columns({
         "start_ns": start[p], "end_ns": (start + dur)[p], "device": dev[p],
         "correlation": np.arange(n), "name_id": rng.integers(0, 6, n).astype(np.int32)[p]})
@@ -293,7 +293,7 @@ def _storms_over(rng: np.random.Generator, iv: IdleIntervals, k: int, devices: i
 
 
 def _ranges_trace(rng: np.random.Generator, iv: IdleIntervals, on: bool) -> Trace:
-    tr = Trace(strings=list(NAMES))
+    tr = Trace(strings=StringTable(NAMES))
     if on and len(iv):
         lo, hi = int(iv.start_ns.min()), int(iv.end_ns.max())
         s = np.sort(rng.integers(lo, hi + 1, 6))
@@ -384,7 +384,8 @@ def test_in_spans_ranges_at_the_edges() -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-32_768, 32_767), max_size=60), st.sampled_from(  # int16 range
     [np.int16, np.int32, np.int64]), st.booleans())
-def test_value_counts_is_np_unique(values: list[int], dtype: type, narrow: bool) -> None:
+def test_value_counts_is_np_unique(values: list[int], dtype: type[np.signedinteger[Any]],
+                                   narrow: bool) -> None:
     a = np.array([v % 7 for v in values] if narrow else values, dtype=dtype)
     got_u, got_c = value_counts(a)
     want_u, want_c = np.unique(a, return_counts=True)

@@ -8,7 +8,7 @@ import os
 import struct
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -30,7 +30,6 @@ from ppwtop.recording import (
     write_recording,
 )
 from ppwtop.recording import format as fmt
-from ppwtop.recording import writer as writer_mod
 
 DEVICES = [DeviceInfo(0, "NVIDIA H200", "GPU-abc", 150_000_000_000, 132, "9.0"),
            DeviceInfo(1, "NVIDIA H200", "GPU-def")]
@@ -38,8 +37,10 @@ META = {"command": ["python", "train.py", "--lr", "3e-4"], "pid": 4242,
         "sensor_field": "instant", "custom": {"nested": [1, 2.5, None]}}
 
 
-def random_batch(cls: type[Columns], rows: int, rng: np.random.Generator,
-                 n_names: int) -> Columns:
+C = TypeVar("C", bound=Columns)
+
+
+def random_batch(cls: type[C], rows: int, rng: np.random.Generator, n_names: int) -> C:
     """Random values over each column's whole range (NaN included for floats)."""
     cols: dict[str, Any] = {}
     for name, dtype in cls.DTYPES.items():
@@ -139,8 +140,8 @@ def test_append_trace_delta_writes_only_new_names(tmp_path: Path) -> None:
 def test_trace_helpers_and_importer_dispatch(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     trace = Trace(strings=StringTable(["x", "y"]), devices=DEVICES[:1], meta=dict(META))
-    trace.kernels = random_batch(KernelBatch, 100, rng, 2)  # type: ignore[assignment]
-    trace.power = random_batch(PowerBatch, 50, rng, 0)  # type: ignore[assignment]
+    trace.kernels = random_batch(KernelBatch, 100, rng, 2)
+    trace.power = random_batch(PowerBatch, 50, rng, 0)
     path = tmp_path / "t.ppw"
     write_recording(path, trace, chunk_rows=7)
     assert path.read_bytes()[:6] == MAGIC
@@ -291,7 +292,7 @@ def test_disk_full_raises_recording_full_and_keeps_what_was_written(
         budget["left"] -= n
         return real_write(fd, memoryview(data).cast("B")[:n])
 
-    monkeypatch.setattr(writer_mod.os, "write", short_disk)
+    monkeypatch.setattr("ppwtop.recording.writer.os.write", short_disk)
     rng = np.random.default_rng(5)
     kept = 0
     w = RecordingWriter(path, META, DEVICES)
@@ -301,7 +302,7 @@ def test_disk_full_raises_recording_full_and_keeps_what_was_written(
             kept += 8
     assert isinstance(info.value, PpwtopError)
     assert "disk full" in str(info.value) and str(path) in str(info.value)
-    monkeypatch.setattr(writer_mod.os, "write", real_write)
+    monkeypatch.setattr("ppwtop.recording.writer.os.write", real_write)
     assert os.path.getsize(path) == w.bytes_written  # the partial chunk was cut off again
     t = read_recording(path)
     assert len(t.kernels) == kept > 0
@@ -332,14 +333,14 @@ def test_interrupt_mid_chunk_leaves_a_valid_file_and_writer_can_go_on(
 
     with RecordingWriter(path, {}, []) as w:
         w.write_batch("kernels", b1)
-        monkeypatch.setattr(writer_mod.os, "write", interrupted)
+        monkeypatch.setattr("ppwtop.recording.writer.os.write", interrupted)
         with pytest.raises(KeyboardInterrupt):
             w.write_batch("kernels", b2)
-        monkeypatch.setattr(writer_mod.os, "write", real_write)
+        monkeypatch.setattr("ppwtop.recording.writer.os.write", real_write)
         w.write_batch("kernels", b3)
     t = read_recording(path)
     assert t.meta["complete"] is True and "notes" not in t.meta
-    assert_batches_equal(t.kernels, KernelBatch.concat([b1, b3]))  # type: ignore[list-item]
+    assert_batches_equal(t.kernels, KernelBatch.concat([b1, b3]))
 
 
 # ------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import dataclasses
 import time
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from attribution.model import (
@@ -371,13 +372,14 @@ def test_effective_lag_aligns_readings_with_trace_time(offset_run: SimResult) ->
     t_trace = t + truth.clock_offset_ns  # bin starts on the trace axis
     cum = np.concatenate([[0.0], np.cumsum(p) * dt * 1e-9])
 
-    def integral(x_ns: np.ndarray) -> np.ndarray:
-        return np.interp((x_ns - t_trace[0]) / dt, np.arange(len(cum)), cum)
+    def integral(x_ns: np.ndarray) -> npt.NDArray[np.float64]:
+        return np.asarray(np.interp((x_ns - t_trace[0]) / dt, np.arange(len(cum)), cum),
+                          np.float64)
 
     inside = (t_k > truth.window_start_ns + 100_000_000) & (
         t_k < truth.window_end_ns - 100_000_000)
 
-    def window_means(lag_ms: float) -> np.ndarray:
+    def window_means(lag_ms: float) -> npt.NDArray[np.float64]:
         hi = t_k[inside] - round(lag_ms * 1e6)
         lo = hi - round(sm["window_ms"] * 1e6)
         return (integral(hi) - integral(lo)) / (sm["window_ms"] * 1e-3)

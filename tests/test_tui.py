@@ -9,12 +9,17 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from textual.widgets import DataTable, Input, Static
+from textual.coordinate import Coordinate
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Sparkline, Static
+from textual.widgets.data_table import RowKey
 
 from attribution.snapshot import (
     CopyRow,
@@ -108,17 +113,24 @@ class FakeFeed:
         return "fake"
 
 
-async def wait_for(pilot: object, cond: object, timeout_s: float = 3.0) -> None:
+async def wait_for(pilot: Pilot[Any], cond: Callable[[], object], timeout_s: float = 3.0
+                   ) -> None:
     t0 = time.monotonic()
-    while not cond():  # type: ignore[operator]
+    while not cond():
         if time.monotonic() - t0 > timeout_s:
             raise AssertionError("condition not reached")
-        await pilot.pause(0.05)  # type: ignore[attr-defined]
+        await pilot.pause(0.05)
+
+
+def _key(key: RowKey) -> str:
+    """A row key's value: every row of these tables is added with one."""
+    assert key.value is not None
+    return key.value
 
 
 def kernel_order(app: PpwtopApp) -> list[str]:
     t = app.live.query_one("#kernels", DataTable)
-    return [t.coordinate_to_cell_key((i, 0)).row_key.value.split(":", 2)[2]  # type: ignore[union-attr]
+    return [_key(t.coordinate_to_cell_key(Coordinate(i, 0)).row_key).split(":", 2)[2]
             for i in range(t.row_count)]
 
 
@@ -146,7 +158,8 @@ async def test_show_renders_ranked_kernels_and_header() -> None:
         assert t.get_cell("k:0:softmax_tiny", "ci").text == NOT_RESOLVABLE
         assert t.get_cell("k:0:gemm_bf16_big", "ci").text == "[150, 210]"  # 0.5/0.7 x 300 J
         other = app.live.query_one("#other", DataTable)
-        assert [other.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)] == [
+        assert [other.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value
+                for i in range(3)] == [
             "i:0:host_stall", "c:0:HtoD/pageable", "i:0:launch_gap"]
         ineff = str(app.live.query_one("#ineff", Static).render())
         assert "idle.host_stall" in ineff and "overlap data loading" in ineff
@@ -231,8 +244,9 @@ async def test_keyed_updates_keep_cursor_on_same_kernel() -> None:
         await pilot.pause()
         assert kernel_order(app) == ["layernorm_fwd", "new_kernel", "gemm_bf16_big"]
         assert t.cursor_row == 0
-        assert app.selected_kernel() is not None
-        assert app.selected_kernel().name == "layernorm_fwd"  # type: ignore[union-attr]
+        selected = app.selected_kernel()
+        assert selected is not None
+        assert selected.name == "layernorm_fwd"
         assert t.get_cell("k:0:layernorm_fwd", "e").text == "500"
 
 
@@ -272,8 +286,9 @@ async def test_detail_by_key_and_enter() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
         await pilot.press("down", "down", "d")
-        assert isinstance(app.screen, DetailScreen)
-        text = str(app.screen.query_one("#detail", Static).render())
+        detail = app.screen  # a local: app.screen itself changes on the next key
+        assert isinstance(detail, DetailScreen)
+        text = str(detail.query_one("#detail", Static).render())
         assert "softmax_tiny" in text and "not resolvable" in text and "fixed mix" in text
         assert "5000" in text  # calls
         await pilot.press("escape")
@@ -301,7 +316,7 @@ async def test_baseline_then_compare() -> None:
         await pilot.press("c")
         assert isinstance(app.screen, CompareScreen)
         t = app.screen.query_one("#deltas", DataTable)
-        first = t.coordinate_to_cell_key((0, 0)).row_key.value
+        first = t.coordinate_to_cell_key(Coordinate(0, 0)).row_key.value
         assert first == "idle.host_stall"  # +100 J, the largest |ΔJ|
         assert "verdict" in str(app.screen.query_one("#verdict", Static).render())
         await pilot.press("escape")
@@ -529,7 +544,8 @@ async def test_app_on_demo_feed() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.ticks >= 1, timeout_s=10.0)
         assert len(kernel_order(app)) >= 3
-        assert len(app.live.query_one("#power").data) > 5  # type: ignore[attr-defined]
+        power = app.live.query_one("#power", Sparkline).data
+        assert power is not None and len(power) > 5
         assert "J so far" in header(app)
         clock.t += 100.0  # past the end of the run
         await wait_for(pilot, lambda: not app.connected, timeout_s=10.0)
@@ -552,40 +568,40 @@ def test_short_name_folds_cpp_noise() -> None:
     assert short_class("copy:HtoD/pinned") == "copy:HtoD/pinned"  # only kernels are C++
 
 
-def test_svg_live_screen_100x30(snap_compare: object) -> None:
+def test_svg_live_screen_100x30(snap_compare: Callable[..., bool]) -> None:
     """The live screen at the smallest supported size (SVG in tests/__snapshots__/)."""
     app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
 
-    async def loaded(pilot: object) -> None:
+    async def loaded(pilot: Pilot[Any]) -> None:
         await wait_for(pilot, lambda: app.snapshot is not None)
-        await pilot.pause()  # type: ignore[attr-defined]
+        await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
+    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)
 
 
-def test_svg_live_screen_80x24(snap_compare: object) -> None:
+def test_svg_live_screen_80x24(snap_compare: Callable[..., bool]) -> None:
     """The live screen on a classic 80x24 terminal: the narrow, short layout."""
     app = PpwtopApp(StaticFeed(make_snapshot(), label="snap.json"))
 
-    async def loaded(pilot: object) -> None:
+    async def loaded(pilot: Pilot[Any]) -> None:
         await wait_for(pilot, lambda: app.snapshot is not None)
-        await pilot.pause()  # type: ignore[attr-defined]
+        await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(80, 24), run_before=loaded)  # type: ignore[operator]
+    assert snap_compare(app, terminal_size=(80, 24), run_before=loaded)
 
 
-def test_svg_compare_screen(snap_compare: object) -> None:
+def test_svg_compare_screen(snap_compare: Callable[..., bool]) -> None:
     a = make_snapshot()
     b = make_snapshot({"gemm_bf16_big": (250.0, 0.5, 100), "layernorm_fwd": (52.0, 0.4, 900),
                        "softmax_tiny": (20.0, 0.1, 5000)}, idle_j=60.0)
     app = PpwtopApp(StaticFeed(b, label="b.json"), baseline=a, start_compare=True,
                     names=("a.json", "b.json"))
 
-    async def loaded(pilot: object) -> None:
+    async def loaded(pilot: Pilot[Any]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen))
-        await pilot.pause()  # type: ignore[attr-defined]
+        await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)  # type: ignore[operator]
+    assert snap_compare(app, terminal_size=(100, 30), run_before=loaded)
 
 
 async def test_the_kernel_name_column_follows_the_terminal_width() -> None:
@@ -650,7 +666,8 @@ async def test_pytorch_kernels_read_apart_on_an_80_column_screen() -> None:
         await pilot.pause()
         t = app.live.query_one("#kernels", DataTable)
         col = next(c for c in t.columns.values() if c.key.value == "name")
-        shown = [str(t.get_cell_at((i, 0)).text)[:col.width] for i in range(t.row_count)]
+        shown = [str(t.get_cell_at(Coordinate(i, 0)).text)[:col.width]
+                 for i in range(t.row_count)]
         assert len(shown) == len(PYTORCH_KERNELS)
         assert col.width < 20 and len(set(shown)) == len(shown), shown
 
@@ -675,8 +692,8 @@ async def test_the_live_tables_keys_are_not_offered_on_the_detail_screen() -> No
     from textual.widgets import Footer
 
     def footer_keys() -> set[str]:
-        return {b.action for b in app.screen.active_bindings.values()
-                for b in [b.binding] if b.show} if app.screen.query(Footer) else set()
+        return {b.action for active in app.screen.active_bindings.values()
+                for b in [active.binding] if b.show} if app.screen.query(Footer) else set()
 
     app = PpwtopApp(StaticFeed(make_snapshot()))
     async with app.run_test(size=SIZE) as pilot:

@@ -77,6 +77,7 @@ def test_panels_survive_snapshot_round_trip() -> None:
 
 def test_header_fits_width_and_keeps_the_essentials() -> None:
     base = make_snapshot()
+    assert base.steps is not None
     st = dataclasses.replace(base.steps, items_per_j=12.5, sla_ms=70.0, sla_compliance=0.93)
     snap = dataclasses.replace(base, steps=st,
                                meta={"recording": "/tmp/run.ppw", "dropped_records": 42,
@@ -224,6 +225,7 @@ def test_with_sla_judges_steps_and_demo_headless_exports_it(tmp_path: Path) -> N
     from ppwtop.panel_feed import with_sla
 
     base = make_snapshot()
+    assert base.steps is not None
     st = dataclasses.replace(base.steps, step_latency_ms=(10.0, 20.0, 30.0, 40.0))
     snap = with_sla(dataclasses.replace(base, steps=st), 25.0)
     assert snap.steps is not None and snap.steps.sla_ms == 25.0
