@@ -34,6 +34,7 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.boost_span import neighbour_designs
+from attribution.engine.bound_limit import bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
@@ -642,6 +643,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # a locked log's placing was chosen by fitting it on these readings: its lag, unless
     # the window has been fitted since
     same_window = placing is not None and placing.window_ms == window_ms
+    bound_up: F64 | None = None  # set by the fit: upper ends of groups held at ΔP = 0
     if len(y) >= 1 and n_groups:
         lag, tau = (placing.kept if placing is not None and same_window else
                     fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss,
@@ -776,6 +778,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                             pooled=centre, idle_weight=idle_w)
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp, rms = f.p_idle_w, f.dp_w[:n_groups], f.rms_w
+        bound_up = bound_upper_w(xf, y, f.dp_w, rms_w=rms, p_idle_w=p_idle, block=block,
+                                 idle_weight=idle_w)[:n_groups]
         if tail is not None:
             tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
                                                               win[0], win[1])
@@ -822,6 +826,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         ends = np.vstack([lag_dp, prior_dp]) @ g_c_time
         ci = np.column_stack([np.minimum(ci[:, 0], ends.min(axis=0)),
                               np.maximum(ci[:, 1], ends.max(axis=0))])
+    if bound_up is not None and n_cls:  # groups held at ΔP = 0: what the readings allow
+        ci[:, 1] = np.maximum(ci[:, 1], bound_up @ g_c_time)
     if locked is not None and n_cls:  # the readings do not split the classes
         ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
