@@ -238,17 +238,30 @@ class Snapshot:
             steps_d = d["steps"]
             steps = None
             if steps_d is not None:
+                def opt(key: str) -> float | None:
+                    v: float | None = _checked(f"Steps.{key}", "float | None",
+                                               steps_d.get(key))
+                    return v
+
+                def series(key: str) -> tuple[float, ...]:
+                    vals = steps_d.get(key, ())
+                    if not isinstance(vals, list | tuple):
+                        raise TypeError(f"Steps.{key} is not a list")
+                    # null stays (orjson writes a NaN so): numbers or null, as written
+                    return tuple(_checked(f"Steps.{key}[{i}]", "float | None", v)
+                                 for i, v in enumerate(vals))
+
                 steps = Steps(
-                    count=int(steps_d["count"]),
+                    count=_checked("Steps.count", "int", steps_d["count"]),
                     energy_j=_build(Quantiles, steps_d["energy_j"]),
                     latency_ms=_build(Quantiles, steps_d["latency_ms"]),
-                    items_per_j=steps_d.get("items_per_j"),
-                    sla_ms=steps_d.get("sla_ms"),
-                    sla_compliance=steps_d.get("sla_compliance"),
-                    items_per_j_under_sla=steps_d.get("items_per_j_under_sla"),
-                    step_energy_j=tuple(steps_d.get("step_energy_j", ())),
-                    step_latency_ms=tuple(steps_d.get("step_latency_ms", ())),
-                    step_items=tuple(steps_d.get("step_items", ())),
+                    items_per_j=opt("items_per_j"),
+                    sla_ms=opt("sla_ms"),
+                    sla_compliance=opt("sla_compliance"),
+                    items_per_j_under_sla=opt("items_per_j_under_sla"),
+                    step_energy_j=series("step_energy_j"),
+                    step_latency_ms=series("step_latency_ms"),
+                    step_items=series("step_items"),
                     work_unit=str(steps_d.get("work_unit", "steps")),
                     source=str(steps_d.get("source", "")),
                 )

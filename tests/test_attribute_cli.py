@@ -113,6 +113,7 @@ def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
     (("kernels", 0, "energy_j"), "abc"), (("totals", "energy_j"), "x"),
     (("kernels", 0, "calls"), 2.5), (("kernels", 0, "dynamic_energy_ci_j"), [1.0]),
     (("kernels", 0, "resolvable"), "yes"), (("idle", 0, "cause"), 3),
+    (("steps", "sla_ms"), "fast"), (("steps", "step_energy_j", 0), "x"), (("steps", "count"), "9"),
 ])
 def test_a_snapshot_field_of_the_wrong_type_names_the_file(
         sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -132,7 +133,9 @@ def test_a_snapshot_field_of_the_wrong_type_names_the_file(
     bad.write_bytes(orjson.dumps(d))
     assert main(["report", str(bad), "-o", str(tmp_path / "r.md")]) == 2
     line = _one_error_line(capsys)
-    assert "bad.json" in line and str(where[-1]) in line and "internal error" not in line
+    field = ".".join(str(k) for k in where if isinstance(k, str))  # "kernels.energy_j" …
+    assert "bad.json" in line and "internal error" not in line
+    assert field.split(".")[-1] in line.split("bad.json", 1)[1]  # the field, after the file
     assert read_snapshot(snap).kernels  # the untouched file still reads
 
 
