@@ -302,7 +302,8 @@ def test_clamped_instances_are_fitted_apart_as_the_batch_engine_does(gpu: str) -
     resolvable)."""
     from attribution.engine.live_clamp import CLAMPED_SUFFIX
 
-    trace = simulate(scenario="clamp_episode", gpu=gpu, seconds=40.0, seed=4).trace
+    res = simulate(scenario="clamp_episode", gpu=gpu, seconds=40.0, seed=4)
+    trace = res.trace
     eng = LiveEngine(devices=trace.devices, horizon_s=30.0, refit_every_s=10.0)
     live = drive(trace, eng)
     assert live is not None
@@ -311,7 +312,12 @@ def test_clamped_instances_are_fitted_apart_as_the_batch_engine_does(gpu: str) -
     assert sum(u.endswith(CLAMPED_SUFFIX) for u in units) >= 4  # clamped kernel units
     assert not any(CLAMPED_SUFFIX in r.name for r in live.kernels)  # summed back
     assert live.totals.energy_j == pytest.approx(batch.totals.energy_j, rel=0.01)
-    assert live.totals.active_idle_w == pytest.approx(batch.totals.active_idle_w, rel=0.02)
+    # P_idle: each engine within 3 % of what the sensor reads at active idle, and the two
+    # within 3 % (on h100 the live fit is 0.3 % from it, the batch one on this window 2.3 %)
+    p_true = res.truth.active_idle_w * res.truth.gain
+    for p in (live.totals.active_idle_w, batch.totals.active_idle_w):
+        assert p == pytest.approx(p_true, rel=0.03)
+    assert live.totals.active_idle_w == pytest.approx(batch.totals.active_idle_w, rel=0.03)
     lv, bv = _dynamic_by_class(live), _dynamic_by_class(batch)
     dyn_total = sum(d for d, _ in bv.values())
     assert set(lv) == set(bv)

@@ -74,10 +74,24 @@ def binned_dynamic_w(start_ns: I64, end_ns: I64, dp_w: F64, grid_t0_ns: int, *, 
 
 
 def respond(dyn_w: F64, resp: Response, dt_ns: int = GRID_DT_NS) -> F64:
-    out = np.zeros_like(dyn_w)
+    """Per-bin means of the continuous response to the piecewise-constant bin means
+    ``dyn_w``: for each stage, the state at the bin edges ``s[n+1] = a s[n] + (1 − a) x[n]``
+    (``a = exp(−dt/τ)``) and the exact mean over bin n, ``x[n] + (s[n] − x[n]) c`` with
+    ``c = (τ/dt)(1 − a)``.  The recursion's own output ``s[n+1]`` read as bin n's mean (as
+    before 2026-12-05) ran about half a bin early: the engine's lag, fitted against a true
+    first-order response, came out 0.2 ms short (docs/simulator.md)."""
+    x = np.asarray(dyn_w, dtype=np.float64)
+    out = np.zeros_like(x)
+    dt_ms = dt_ns * 1e-6
     for tau, w in zip(resp.taus_ms, resp.weights, strict=True):
-        a = float(np.exp(-dt_ns * 1e-6 / tau))
-        out += w * np.asarray(lfilter([1.0 - a], [1.0, -a], dyn_w), dtype=np.float64)
+        if tau <= 0.0:
+            out += w * x
+            continue
+        a = float(np.exp(-dt_ms / tau))
+        c = tau / dt_ms * (1.0 - a)
+        s_next = np.asarray(lfilter([1.0 - a], [1.0, -a], x), dtype=np.float64)
+        s_now = np.concatenate([[0.0], s_next[:-1]])
+        out += w * (x + (s_now - x) * c)
     return out
 
 
