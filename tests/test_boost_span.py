@@ -103,3 +103,28 @@ def test_neighbour_designs_are_the_models_one_step_away() -> None:
         assert m is not None
         col = tail_fractions(m[0], m[1], t_k, window_ms=100.0, lag_ms=lag, tau_s=m[2])
         assert np.array_equal(d, np.column_stack([x, col]))
+
+
+def test_a_stage_at_the_grid_edge_is_told() -> None:
+    assert boost_span.stage_at_edge((SLOW_TAU_GRID_MS[-1], SLOW_WEIGHTS[1]))
+    assert boost_span.stage_at_edge((SLOW_TAU_GRID_MS[1], SLOW_WEIGHTS[-1]))
+    assert not boost_span.stage_at_edge((SLOW_TAU_GRID_MS[-2], SLOW_WEIGHTS[-2]))
+    assert not boost_span.stage_at_edge((0.0, 0.0))  # no stage fitted
+
+
+def test_a_card_slower_than_the_grid_gets_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A card whose slow stage is heavier and slower than the grid reaches (τ₂ 800 ms,
+    w 0.65, as the real RTX 3090/4090 fits suggest) is warned about; the same run with the
+    on-grid response is not."""
+    import attribution.sim as sim_pkg
+    from attribution.sim.power import Response
+
+    heavy = Response((3.0, 800.0), (0.35, 0.65), tail_frac=0.2)
+    monkeypatch.setattr(sim_pkg, "drawn_consumer", lambda rng: heavy)
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], board_draw=True)
+    warned = attribute(simulate("varied_mix", "rtx3090", 30.0, seed=7, spec=spec).trace,
+                       n_boot=20)
+    plain = attribute(simulate("varied_mix", "rtx3090", 30.0, seed=7).trace, n_boot=20)
+    edge = [w for w in warned.warnings if "edge of the model's grid" in w]
+    assert len(edge) == 1 and edge[0].startswith("GPU 0:")
+    assert not any("edge of the model's grid" in w for w in plain.warnings)

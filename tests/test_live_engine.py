@@ -731,3 +731,25 @@ def test_a_window_the_steps_have_left_still_gives_snapshots() -> None:
     later = drive(trace, engine())
     assert later is not None and later.steps is None
     assert later.window.start_ns > early.end_ns.max()
+
+
+def test_a_card_slower_than_the_grid_is_warned_about_live_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live view says what the batch engine says of a card whose slow stage lies past the
+    model's grid (engine/boost_span.stage_at_edge), and nothing of one inside it."""
+    import dataclasses
+
+    import attribution.sim as sim_pkg
+    from attribution.sim import SCENARIOS
+    from attribution.sim.power import Response
+
+    heavy = Response((3.0, 800.0), (0.35, 0.65), tail_frac=0.2)
+    monkeypatch.setattr(sim_pkg, "drawn_consumer", lambda rng: heavy)
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], board_draw=True)
+    seen = []
+    for s in (spec, None):
+        trace = simulate("varied_mix", "rtx3090", 40.0, seed=7, spec=s).trace
+        snap = drive(trace, LiveEngine(devices=trace.devices, horizon_s=30.0))
+        assert snap is not None
+        seen.append([w for w in snap.warnings if "edge of the model's grid" in w])
+    assert len(seen[0]) == 1 and not seen[1]

@@ -33,7 +33,7 @@ from attribution.engine.aliasing import (
     spread_ratio,
     unanchored_warning,
 )
-from attribution.engine.boost_span import neighbour_designs
+from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
 from attribution.engine.bound_limit import bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
@@ -651,6 +651,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if preset is not None and preset.consumer_boost:
             lag, slow = fit_slow_response(busy, t_k, y, window_ms, lag_ms=lag, tau_ms=tau,
                                           rss=regress.quick_rss, spread_ns=sp_k)
+            if stage_at_edge(slow):
+                warnings.append(stage_edge_warning(device, slow))
         # the activity at the lags asked next, read in batches (each matrix once)
         act = LagMatrices(busy, t_k, window_ms, tau, spread_ns=sp_k)
 

@@ -24,6 +24,7 @@ from attribution.engine.aliasing import (
     locked_warning,
     unanchored_warning,
 )
+from attribution.engine.boost_span import stage_at_edge, stage_edge_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import NOT_JUDGED, IdleJudgement, idle_lines
 from attribution.engine.live_fit import verdicts
@@ -235,6 +236,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         if p.tail_unplaced and p.preset is not None:
             warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w,
                                                   classes=False))
+        if stage_at_edge(p.slow_response):
+            warnings.append(stage_edge_warning(p.device, p.slow_response))
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]
