@@ -22,7 +22,7 @@ from collections.abc import Generator
 
 import numpy as np
 
-from attribution.engine import regress
+from attribution.engine import regress, stepping
 from attribution.engine.aliasing import spread_ratio
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_lag import LagSearch
@@ -148,14 +148,7 @@ class TailSteps:
 
     def step(self, *, one: bool) -> TailScan | None:
         """Scan the next min_gap (``one``) or all that are left; the result once done."""
-        while True:
-            try:
-                next(self._gen)
-            except StopIteration as done:
-                result: TailScan = done.value
-                return result
-            if one:
-                return None
+        return stepping.step(self._gen)[1] if one else stepping.finish(self._gen)
 
 
 def row_columns(busy: QueryBusy, t_ns: I64, *, window_ms: float, lag_ms: float,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
+from attribution.engine.stepping import finish
 from attribution.model import F64, I64
 
 TAIL_TAU_GRID_S = (0.25, 0.5, 1.0, 2.0)
@@ -121,14 +122,8 @@ def scan_tail(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *, window_m
     """The grid (:func:`_candidates`): candidates with R² > ``TAIL_MAX_R2`` against a
     constant and the activity columns are skipped, the rest scored by ``rss`` (which fits its
     own constant)."""
-    steps = scan_tail_steps(x, y, start_ns, end_ns, t_ns, window_ms=window_ms, lag_ms=lag_ms,
-                            rss=rss)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: TailScan = done.value
-            return result
+    return finish(scan_tail_steps(x, y, start_ns, end_ns, t_ns, window_ms=window_ms,
+                                  lag_ms=lag_ms, rss=rss))
 
 
 def scan_tail_steps(x: F64, y: F64, start_ns: I64, end_ns: I64, t_ns: I64, *,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 import numpy as np
 
 from attribution.engine import publish_grid
+from attribution.engine.stepping import finish
 from attribution.model import F64, I32, I64, POLL_TIME, POLL_TIME_KEY, PowerField, Trace
 from attribution.presets import GpuPreset
 
@@ -387,14 +388,8 @@ def fit_slow_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
     τ, then the lag again (±``SLOW_LAG_SPAN_MS``, fine steps) with that stage, then the stage
     once more at the new lag.  Returns (lag, (0, 0)) when no stage lowers the residual.
     """
-    steps = slow_response_steps(busy, t_ns, y, window_ms, lag_ms=lag_ms, tau_ms=tau_ms,
-                                rss=rss, batched=True, spread_ns=spread_ns)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: tuple[float, tuple[float, float]] = done.value
-            return result
+    return finish(slow_response_steps(busy, t_ns, y, window_ms, lag_ms=lag_ms, tau_ms=tau_ms,
+                                      rss=rss, batched=True, spread_ns=spread_ns))
 
 
 def slow_response_steps(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
