@@ -115,6 +115,11 @@ def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) ->
     assert abs(idle["engine_w"] / idle["table_w"] - 1) < 0.1
     assert abs(idle["square_wave_low_w"] / idle["table_w"] - 1) < 0.1
     assert not idle["engine_lines"]
+    # the engine's lag uncertainty without its floor, for deciding the floor on a lent board:
+    # the fake board is noiseless, so it sits well under the 0.5 ms floor, and above 0
+    slack = att["lag_slack"]
+    assert slack["floor_ms"] == 0.5 and slack["measured_ms"]
+    assert all(0.0 < s < slack["floor_ms"] for s in slack["measured_ms"])
     cup = sec["cupti"]
     assert cup["kernels_decoded"] == cup["launched"] > 0 and cup["timestamps_match"]
 
