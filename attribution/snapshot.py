@@ -238,30 +238,17 @@ class Snapshot:
             steps_d = d["steps"]
             steps = None
             if steps_d is not None:
-                def opt(key: str) -> float | None:
-                    v: float | None = _checked(f"Steps.{key}", "float | None",
-                                               steps_d.get(key))
-                    return v
-
-                def series(key: str) -> tuple[float, ...]:
-                    vals = steps_d.get(key, ())
-                    if not isinstance(vals, list | tuple):
-                        raise TypeError(f"Steps.{key} is not a list")
-                    # null stays (orjson writes a NaN so): numbers or null, as written
-                    return tuple(_checked(f"Steps.{key}[{i}]", "float | None", v)
-                                 for i, v in enumerate(vals))
-
                 steps = Steps(
                     count=_checked("Steps.count", "int", steps_d["count"]),
                     energy_j=_build(Quantiles, steps_d["energy_j"]),
                     latency_ms=_build(Quantiles, steps_d["latency_ms"]),
-                    items_per_j=opt("items_per_j"),
-                    sla_ms=opt("sla_ms"),
-                    sla_compliance=opt("sla_compliance"),
-                    items_per_j_under_sla=opt("items_per_j_under_sla"),
-                    step_energy_j=series("step_energy_j"),
-                    step_latency_ms=series("step_latency_ms"),
-                    step_items=series("step_items"),
+                    items_per_j=_optional(steps_d, "items_per_j"),
+                    sla_ms=_optional(steps_d, "sla_ms"),
+                    sla_compliance=_optional(steps_d, "sla_compliance"),
+                    items_per_j_under_sla=_optional(steps_d, "items_per_j_under_sla"),
+                    step_energy_j=_series(steps_d, "step_energy_j"),
+                    step_latency_ms=_series(steps_d, "step_latency_ms"),
+                    step_items=_series(steps_d, "step_items"),
                     work_unit=str(steps_d.get("work_unit", "steps")),
                     source=str(steps_d.get("source", "")),
                 )
@@ -320,6 +307,20 @@ def _checked(where: str, kind: str, v: Any) -> Any:
     if base in ("float", "int", "str", "bool", "tuple[float, float]"):
         raise TypeError(f"{where} is {str(v)[:40]!r}, not {kind}")
     return tuple(v) if isinstance(v, list) else v
+
+
+def _optional(steps_d: Mapping[str, Any], key: str) -> float | None:
+    """A steps figure that may be null."""
+    v: float | None = _checked(f"Steps.{key}", "float | None", steps_d.get(key))
+    return v
+
+
+def _series(steps_d: Mapping[str, Any], key: str) -> tuple[float, ...]:
+    """A per-step series: numbers, or null where orjson wrote a NaN (kept as written)."""
+    vals = steps_d.get(key, ())
+    if not isinstance(vals, list | tuple):
+        raise TypeError(f"Steps.{key} is not a list")
+    return tuple(_checked(f"Steps.{key}[{i}]", "float | None", v) for i, v in enumerate(vals))
 
 
 def _build(cls: type[T], d: Mapping[str, Any]) -> T:
