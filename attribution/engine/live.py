@@ -103,7 +103,8 @@ CONSUMER_SEARCH_SCALE = 2.5
 many ticks as a data-centre board's (at 1× it took ~57 ticks and landed on stale readings)."""
 REDO_ROWS_PER_TICK = 64
 """Rows re-reduced per tick after a refit moved the lag (~200 at a 100 ms sensor period: the
-last 20 s); the tick after the refit gathers their records."""
+last 20 s; ~600 on a consumer board, whose refit reads 60 s); the tick after the refit gathers
+their records."""
 
 
 def _pad(a: F64, n: int) -> F64:
@@ -412,7 +413,9 @@ class LiveEngine:
             return
         st.spread = st.search.spread
         st.search = None
-        lo = max(self.start_ns or self.now_ns, self.now_ns - self.fit_span_ns)
+        # every row of the span the refit read (60 s on a consumer board): rows older than a
+        # 20 s redo kept the values of fits on the run's first seconds
+        lo = max(self.start_ns or self.now_ns, self.now_ns - st.fit_span_ns)
         t = st.rows.view()[0]
         t = t[t - row_reach_ns(res[0], st.window_ms, res[2].reach_ms()) >= lo]
         if st.fitted and res != (st.lag_ms, st.tau_ms, st.boost) and len(t):

@@ -2,13 +2,13 @@
 
 Owns :class:`Redo`, :func:`redo_rows` and :func:`redo_finish`.  When a live refit
 (``live_lag``) lands with a new lag, response or boost model, the reading rows whose windows
-the record buffer still holds (the last ~20 s, ~200 rows at a 100 ms sensor period) are
-recomputed at the new values: the first step gathers their records as of the refit, each
-later step recomputes up to ``rows`` of them into a side buffer (steps that read nothing
-newer than the refit, so the engine runs them between updates), and once all are done the
-next update writes them all into the ring, recomputes the rows reduced meanwhile and makes
-the new values the device's.  Every snapshot therefore reads one lag's rows; doing all ~200
-in the refit's tick took 14–20 ms.
+the refit's span covers (the last ~20 s, ~200 rows at a 100 ms sensor period; on a consumer
+board the 60 s its refit read, ~600 rows) are recomputed at the new values: the first step
+gathers their records as of the refit, each later step recomputes up to ``rows`` of them
+into a side buffer (steps that read nothing newer than the refit, so the engine runs them
+between updates), and once all are done the next update writes them all into the ring,
+recomputes the rows reduced meanwhile and makes the new values the device's.  Every
+snapshot therefore reads one lag's rows; doing all ~200 in the refit's tick took 14–20 ms.
 """
 
 from __future__ import annotations
