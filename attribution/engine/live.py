@@ -89,9 +89,11 @@ REFIT_EVERY_S = 30.0
 FIT_SPAN_S = 20.0
 BOOT_PER_TICK = 5
 """Bootstrap replicates drawn per snapshot; the interval reads the last ``n_boot`` of them."""
-LAG_UNITS_PER_TICK = 16
-"""Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~420 in all,
-so it spreads over ~27 ticks; the first fit runs at once."""
+LAG_UNITS_PER_TICK = 22
+"""Lag-grid work per tick, in activity matrices (a τ > 0 point is 8): a refit is ~560 in all
+(seven τ grids of 9 lags), so it spreads over ~26 ticks; the first fit runs at once.  16 with
+the earlier five τ grids (~420): the finer τ grid at 16 landed its refits ~9 ticks later, and
+the staler lag put live − batch at 8 → 20 % summed over `live_vs_batch.py`'s eight runs."""
 CONSUMER_FIT_SPAN_S = 60.0
 """The span a consumer board's refit reads (``fit_span_s`` elsewhere): the boost tail
 trades with P_idle, and refitting an rtx4090 on 20 s put the live P_idle up to 12 % high (27 %
