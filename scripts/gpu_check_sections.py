@@ -22,6 +22,7 @@ import gpu_check_smi as smi
 import numpy as np
 import pynvml
 
+from attribution.engine.timebase import TAU_GRID_MS
 from attribution.model import DeviceInfo, KernelBatch, PowerField, Trace
 from attribution.presets import PRESETS, get_preset
 
@@ -458,6 +459,11 @@ def attribute(ctx: Context) -> dict[str, Any]:
         "engine_lines": [w for w in snap.warnings if "idle" in w][:4],
         "kernel_why": snap.kernels[0].why if snap.kernels else None,
     }
+    # the board's response time constant as fitted on its grid: one at the grid's last point
+    # (timebase.TAU_GRID_MS) says the board is slower than the grid reaches
+    tau_ms = snap.meta.get("response_ms", {}).get("0")
+    out["response"] = {"response_ms": tau_ms, "grid_ms": list(TAU_GRID_MS),
+                       "at_grid_edge": tau_ms is not None and tau_ms >= TAU_GRID_MS[-1]}
     out["lag_slack"] = _measured_lag_slack(tr, gpu)
     out["summary"] = (f"kernel {tot.kernel_energy_j:.1f} J, idle {tot.idle_energy_j:.1f} J, "
                       f"total {tot.energy_j:.1f} J vs counter {ctr_j:.1f} J over the bursts; "
