@@ -122,7 +122,7 @@ def drive(trace: Trace, eng: LiveEngine, *, flag_ticks: int = 0, tick_ns: int = 
 
 
 def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int, *,
-        board_draw: bool = False) -> None:
+        board_draw: bool = False) -> dict[str, float]:
     scenario, gpu = spec.split("/")
     res = simulate(scenario=scenario, gpu=gpu, seconds=seconds, seed=seed,
                    spec=dataclasses.replace(SCENARIOS[scenario], board_draw=True)
@@ -156,6 +156,8 @@ def run(spec: str, seconds: float, horizon: float, seed: int, flag_ticks: int, *
         names = ", ".join(c[:40] for c in only) or "-"
         print(f"    t={t:5.1f}s resolvable live/batch {nl}/{nb}; flagged by live only "
               f"({len(only)}): {names}", flush=True)
+    return {"live_batch": lb[0], "live_truth": lt[0], "batch_truth": bt[0],
+            "held_live": cov_l[0], "held_batch": cov_b[0], "classes": cov_l[1]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,9 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="each board's response drawn off the engine's grids (the simulator's "
                          "board_draw)")
     args = ap.parse_args(argv)
-    for spec in args.runs.split(","):
-        run(spec, args.seconds, args.horizon, args.seed, args.flag_ticks,
-            board_draw=args.board_draw)
+    runs = [run(spec, args.seconds, args.horizon, args.seed, args.flag_ticks,
+                board_draw=args.board_draw) for spec in args.runs.split(",")]
+    # one line to set beside another tree's: Σ|Δ|/Σ summed over the runs, intervals held
+    print(f"summed over {len(runs)} runs: live-batch {sum(r['live_batch'] for r in runs):.1%}"
+          f" | kernels vs truth: live {sum(r['live_truth'] for r in runs):.1%}, batch "
+          f"{sum(r['batch_truth'] for r in runs):.1%} | interval holds truth live "
+          f"{sum(r['held_live'] for r in runs):.0f}, batch {sum(r['held_batch'] for r in runs):.0f}"
+          f" of {sum(r['classes'] for r in runs):.0f}", flush=True)
     return 0
 
 
