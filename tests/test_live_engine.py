@@ -237,6 +237,42 @@ def test_interruptible_lag_search_is_fit_lag_response(scenario: str, gpu: str) -
     assert steps + 1 == search.evaluations > 50  # spread over many ticks, not one
 
 
+@pytest.mark.parametrize(("scenario", "gpu"), [("varied_mix", "a100"), ("lag_10", "h100")])
+def test_a_data_centre_refit_refines_its_lag_between_grid_points_as_the_batch_engine(
+        scenario: str, gpu: str) -> None:
+    """The live refit's lag is the batch engine's estimator: the grid search's best, then
+    ``lag_refine.refine_lag`` between its 0.25 ms points (it stayed on the grid, 0.2–0.5 ms
+    from the batch lag on the rows where live − batch was largest at the feeds' 15 s
+    horizon).  The refined lag's residual is no worse than the grid's."""
+    from attribution.engine.lag_refine import refine_lag
+    from attribution.engine.live_boost import ResponseSearch
+    from attribution.engine.timebase import (
+        LAG_FINE_MS,
+        LAG_GRID_MS,
+        fit_lag_response,
+        window_fractions,
+    )
+
+    trace = simulate(scenario=scenario, gpu=gpu, seconds=15.0, seed=5).trace
+    busy, t, y = _search_inputs(trace, 25.0)
+    k = items_for_device(trace, 0)
+    grid_lag, tau = fit_lag_response(busy, t, y, 25.0, regress.quick_rss)
+
+    def rss(d: float) -> float:
+        return regress.quick_rss(window_fractions(busy, t, 25.0, d, tau), y)
+
+    want = refine_lag(rss, grid_lag, LAG_FINE_MS, bounds_ms=LAG_GRID_MS)
+    search = ResponseSearch(busy, t, y, 25.0, consumer=False, start_ns=k.start_ns,
+                            end_ns=k.end_ns)
+    while search.step(22) is None:
+        pass
+    assert search.result is not None
+    lag, got_tau, _ = search.result
+    assert got_tau == tau and lag == pytest.approx(want, abs=1e-9)
+    assert lag != grid_lag and abs(lag - grid_lag) <= LAG_FINE_MS
+    assert rss(lag) <= rss(grid_lag)
+
+
 def test_no_power_gives_times_and_a_warning() -> None:
     from attribution.model import EnergyBatch, PowerBatch
 

@@ -2,7 +2,8 @@
 tail, fitted with the lag and applied to every reading row.
 
 Owns :class:`Boost` (the fitted model: slow stage (τ₂, w) and tail (min_gap, τ_t)),
-:class:`ResponseSearch` (the live lag search, then on consumer boards
+:class:`ResponseSearch` (the live lag search -- on data-centre boards refined between its
+grid points as the batch engine refines it -- then on consumer boards
 ``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its generator
 ``timebase.slow_response_steps``) and the tail scan on the same span, one min_gap a step
 (:class:`TailSteps`, driving ``tail.scan_tail_steps`` on ``tail.LIVE_MIN_GAP_GRID_MS``)) and
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import numpy as np
 
 from attribution.engine import regress, stepping
 from attribution.engine.aliasing import spread_ratio
-from attribution.engine.lag_refine import LAG_SLACK_MS
+from attribution.engine.lag_refine import LAG_SLACK_MS, refine_lag
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
 from attribution.engine.tail import (
@@ -34,7 +35,14 @@ from attribution.engine.tail import (
     scan_tail_steps,
     tail_fractions,
 )
-from attribution.engine.timebase import ActivityFn, slow_response_steps, window_fractions
+from attribution.engine.timebase import (
+    LAG_FINE_MS,
+    LAG_GRID_MS,
+    ActivityFn,
+    iter_window_fractions,
+    slow_response_steps,
+    window_fractions,
+)
 from attribution.model import F64, I64
 
 SLOW_REACH = 3.5
@@ -105,6 +113,8 @@ class ResponseSearch:
                 return None
             if not self._consumer:
                 lag, tau = self._fast
+                if len(self._t) >= 4:  # between the grid's points, as the batch engine
+                    lag = self._refined(lag, tau)
                 self.spread = spread_ratio(
                     self._busy, self._t, window_fractions(self._busy, self._t, self._w, lag, tau),
                     self._w, lag_ms=lag, tau_ms=tau)
@@ -135,6 +145,18 @@ class ResponseSearch:
                                    tau_ms=tau, slow=t.slow)
         self.result = (t.lag_ms, tau, Boost(t.slow, scan.params, True, scan.unplaced))
         return self.result
+
+
+    def _refined(self, lag_ms: float, tau_ms: float) -> float:
+        """The grid's best lag refined between its points (``lag_refine.refine_lag``, the
+        batch engine's estimator) on the search's records and readings at ``tau_ms``: a few
+        activity matrices, once per refit."""
+        def rss_at(lags: Sequence[float]) -> list[float]:
+            return [regress.quick_rss(x, self._y) for x in iter_window_fractions(
+                self._busy, self._t, self._w, [(float(d), tau_ms) for d in lags])]
+
+        return refine_lag(lambda d: rss_at([d])[0], lag_ms, LAG_FINE_MS,
+                          bounds_ms=LAG_GRID_MS, scores=rss_at)
 
 
 class TailSteps:
