@@ -275,8 +275,12 @@ def test_a_base_time_that_is_no_number_names_the_trace(tmp_path: Path) -> None:
     p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": "x"}))
     with pytest.raises(InputError, match=r"t\.json: baseTimeNanoseconds"):
         load_kineto(p)
-    p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": 0}))
-    assert load_kineto(p).meta["format"] == "kineto"
+    for ok in (0, "00", 1.7e18):  # counts of ns, "00" among them (it used to be refused)
+        p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": ok}))
+        assert load_kineto(p).meta["format"] == "kineto"
+    p.write_text(json.dumps({"traceEvents": [], "baseTimeNanoseconds": True}))
+    with pytest.raises(InputError, match="baseTimeNanoseconds"):
+        load_kineto(p)
 
 
 def test_name_classifiers() -> None:

@@ -85,7 +85,7 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
     legacy = any(groups[c] for c in kc.LEGACY_CATS)
     base = doc.get("baseTimeNanoseconds")
     base_ns = _base_ns(base)
-    if base is not None and base_ns == 0 and base not in (0, "0"):
+    if base_ns is None:
         raise InputError(path, f"baseTimeNanoseconds is not a count of ns: {str(base)[:40]!r}")
     notes: list[str] = []
     strings = StringTable()
@@ -156,16 +156,20 @@ def _amd_devices(props: list[dict[str, Any]]) -> bool:
     return False
 
 
-def _base_ns(v: Any) -> int:
-    if isinstance(v, bool):
+def _base_ns(v: Any) -> int | None:
+    """``baseTimeNanoseconds`` in ns: 0 when the trace has none, None when it is no count of
+    ns (a bool, a word, a non-finite number)."""
+    if v is None:
         return 0
+    if isinstance(v, bool):
+        return None
     if isinstance(v, int):
         return v
     if isinstance(v, float) and math.isfinite(v):
         return int(v)
     if isinstance(v, str) and v.strip().isdigit():
         return int(v)
-    return 0
+    return None
 
 
 def _int(v: Any, default: int = -1) -> int:
