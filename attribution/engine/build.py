@@ -44,7 +44,7 @@ from attribution.engine.idle_place import (
     judge_idle,
     sanity_band_w,
 )
-from attribution.engine.lag_refine import lag_slack_ms, refine_lag, slack_lags
+from attribution.engine.lag_refine import lag_slack_ms, refine_grid_lag, slack_lags
 from attribution.engine.power_cover import (
     CLASS_BELOW,
     WARN_BELOW,
@@ -60,8 +60,6 @@ from attribution.engine.tail import (
     tail_unplaced_warning,
 )
 from attribution.engine.timebase import (
-    LAG_FINE_MS,
-    LAG_GRID_MS,
     LagMatrices,
     Readings,
     Sensor,
@@ -661,8 +659,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             return [regress.quick_rss(m, y) for m in act.at(lags, stage)]
 
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
-            lag = refine_lag(lambda d: rss_at([d])[0], lag, LAG_FINE_MS,
-                             bounds_ms=LAG_GRID_MS, scores=rss_at)
+            lag = refine_grid_lag(rss_at, lag)
             act.release()
         # the fitted lag's matrix with the neighbours lag_slack_ms reads, in one pass
         x = act.at([lag, *slack_lags(lag)], slow)[0]

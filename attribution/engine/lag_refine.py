@@ -1,6 +1,7 @@
 """Sub-grid refinement of the fitted sensor lag, and its uncertainty.
 
-Owns :func:`refine_lag` and :func:`lag_slack_ms` (the lag term of the intervals), both read
+Owns :func:`refine_lag` (and :func:`refine_grid_lag`, the lag search's refinement both
+engines run) and :func:`lag_slack_ms` (the lag term of the intervals), both read
 off the residual as a function of the lag near its minimum.  The lag search (``timebase``)
 steps 0.25 ms, yet a short class next to busy/idle edges moves by tens of per cent of its
 energy per 0.25 ms: on fixed_mix/a100 (seed 7) the pinned HtoD copy was −58 % at the grid's
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from attribution.engine.timebase import LAG_COARSE_MS, LAG_FINE_MS
+from attribution.engine.timebase import LAG_COARSE_MS, LAG_FINE_MS, LAG_GRID_MS
 
 MAX_WALK = 4
 """Steps the search may walk when a neighbour of the starting lag scores lower."""
@@ -77,6 +78,14 @@ def refine_lag(score: Callable[[float], float], lag_ms: float, step_ms: float, *
     # to 1 µs: finer is below any clock's meaning, and equivalent residuals that differ in
     # the last bits (another busy-time implementation) then give the same lag
     return round(min(max(best, lo), hi), RESOLUTION_DECIMALS)
+
+
+def refine_grid_lag(scores: Scores, lag_ms: float) -> float:
+    """The lag search's best (``timebase``'s ``LAG_FINE_MS`` grid inside ``LAG_GRID_MS``)
+    refined between its points by :func:`refine_lag`; ``scores``: the residual at several lags
+    in one call.  Both engines' lag: the batch engine's fit and the live engine's refit."""
+    return refine_lag(lambda d: scores([d])[0], lag_ms, LAG_FINE_MS, bounds_ms=LAG_GRID_MS,
+                      scores=scores)
 
 
 CHI2_90_1 = 2.706

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 
 import numpy as np
 
 from attribution.engine import regress, stepping
 from attribution.engine.aliasing import spread_ratio
-from attribution.engine.lag_refine import LAG_SLACK_MS, refine_lag
+from attribution.engine.lag_refine import LAG_SLACK_MS, refine_grid_lag
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
 from attribution.engine.tail import (
@@ -36,10 +36,8 @@ from attribution.engine.tail import (
     tail_fractions,
 )
 from attribution.engine.timebase import (
-    LAG_FINE_MS,
-    LAG_GRID_MS,
     ActivityFn,
-    iter_window_fractions,
+    LagMatrices,
     slow_response_steps,
     window_fractions,
 )
@@ -113,11 +111,12 @@ class ResponseSearch:
                 return None
             if not self._consumer:
                 lag, tau = self._fast
+                act = LagMatrices(self._busy, self._t, self._w, tau)
                 if len(self._t) >= 4:  # between the grid's points, as the batch engine
-                    lag = self._refined(lag, tau)
-                self.spread = spread_ratio(
-                    self._busy, self._t, window_fractions(self._busy, self._t, self._w, lag, tau),
-                    self._w, lag_ms=lag, tau_ms=tau)
+                    lag = refine_grid_lag(
+                        lambda lags: [regress.quick_rss(m, self._y) for m in act.at(lags)], lag)
+                self.spread = spread_ratio(self._busy, self._t, act.at([lag])[0], self._w,
+                                           lag_ms=lag, tau_ms=tau)
                 self.result = (lag, tau, Boost())
                 return self.result
             self._slow = SlowSearch(self._busy, self._t, self._y, self._w,
@@ -145,18 +144,6 @@ class ResponseSearch:
                                    tau_ms=tau, slow=t.slow)
         self.result = (t.lag_ms, tau, Boost(t.slow, scan.params, True, scan.unplaced))
         return self.result
-
-
-    def _refined(self, lag_ms: float, tau_ms: float) -> float:
-        """The grid's best lag refined between its points (``lag_refine.refine_lag``, the
-        batch engine's estimator) on the search's records and readings at ``tau_ms``: a few
-        activity matrices, once per refit."""
-        def rss_at(lags: Sequence[float]) -> list[float]:
-            return [regress.quick_rss(x, self._y) for x in iter_window_fractions(
-                self._busy, self._t, self._w, [(float(d), tau_ms) for d in lags])]
-
-        return refine_lag(lambda d: rss_at([d])[0], lag_ms, LAG_FINE_MS,
-                          bounds_ms=LAG_GRID_MS, scores=rss_at)
 
 
 class TailSteps:
