@@ -22,7 +22,8 @@ import gpu_check_smi as smi
 import numpy as np
 import pynvml
 
-from attribution.engine.timebase import TAU_GRID_MS
+from attribution.engine.lag_refine import LAG_SLACK_MS
+from attribution.engine.timebase import LAG_COARSE_MS, TAU_GRID_MS
 from attribution.model import DeviceInfo, KernelBatch, PowerField, Trace
 from attribution.presets import PRESETS, get_preset
 
@@ -431,8 +432,7 @@ def attribute(ctx: Context) -> dict[str, Any]:
         "name_id": np.full(n, name)})
     tr.devices = [DeviceInfo(0, "NVIDIA H200", "GPU-gpu-check")] if ctx.fake else [
         DeviceInfo(0, d.name, d.uuid) for d in run.trace.devices[:1]]
-    gpu = SIM_GPU if ctx.fake else None
-    snap = attribute_trace(tr, gpu=gpu, n_boot=50)
+    snap = attribute_trace(tr, gpu=SIM_GPU if ctx.fake else None, n_boot=50)
     tot = snap.totals
     en = run.trace.energy.sorted_by("t_ns")
     lo, hi = int(run.on_start_ns[0]), int(run.on_end_ns[-1])
@@ -464,39 +464,18 @@ def attribute(ctx: Context) -> dict[str, Any]:
     tau_ms = snap.meta.get("response_ms", {}).get("0")
     out["response"] = {"response_ms": tau_ms, "grid_ms": list(TAU_GRID_MS),
                        "at_grid_edge": tau_ms is not None and tau_ms >= TAU_GRID_MS[-1]}
-    out["lag_slack"] = _measured_lag_slack(tr, gpu)
+    # the engine's own lag uncertainty before its 0.5 ms floor: whether the floor may come
+    # down to 0.25 ms rests on it (docs/accuracy.md, "Where it fails" 8); the floor stands
+    # for timing a real board may have and the simulator does not (there: 0.03-0.15 ms)
+    profile = snap.meta.get("lag_profile_ms", {}).get("0")
+    out["lag_slack"] = {"measured_ms": profile, "floor_ms": LAG_SLACK_MS,
+                        "ceiling_ms": LAG_COARSE_MS}
+    lag_txt = "none resolved" if profile is None else f"{profile:.3f} ms"
     out["summary"] = (f"kernel {tot.kernel_energy_j:.1f} J, idle {tot.idle_energy_j:.1f} J, "
                       f"total {tot.energy_j:.1f} J vs counter {ctr_j:.1f} J over the bursts; "
                       f"closure {tot.closure_error:+.3f}; lag uncertainty without its floor "
-                      f"{out['lag_slack']['measured_ms']} ms")
+                      f"{lag_txt}")
     return out
-
-
-def _measured_lag_slack(tr: Trace, gpu: str | None) -> dict[str, Any]:
-    """The engine's own 90 % lag uncertainty on this board's readings with its floor
-    (``lag_refine.LAG_SLACK_MS``) taken away: the residual-curvature part, which on the
-    simulator is 0.03-0.15 ms.  Whether the floor can come down to 0.25 ms rests on it
-    (docs/accuracy.md, "Where it fails" 8): the floor stands for timing a real board may
-    have and the simulator does not."""
-    from unittest import mock
-
-    import attribution.engine.build as engine_build
-    from attribution.engine import attribute as attribute_trace
-    from attribution.engine import lag_refine, timebase
-
-    seen: list[float] = []
-    slack = lag_refine.lag_slack_ms  # the function build calls (patched there below)
-
-    def measured(*args: Any, **kwargs: Any) -> float:
-        seen.append(slack(*args, **kwargs))
-        return seen[-1]
-
-    floor = lag_refine.LAG_SLACK_MS
-    with mock.patch.object(lag_refine, "LAG_SLACK_MS", 0.0), \
-            mock.patch.object(engine_build, "lag_slack_ms", measured):
-        attribute_trace(tr, gpu=gpu, n_boot=10)
-    return {"measured_ms": [round(s, 4) for s in seen], "floor_ms": floor,
-            "ceiling_ms": timebase.LAG_COARSE_MS}
 
 
 TABLE: dict[str, tuple[Callable[[Context], dict[str, Any]], float]] = {

@@ -6,6 +6,7 @@ logs widen."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
-from attribution.engine.lag_refine import CHI2_90_1, LAG_SLACK_MS, lag_slack_ms
+from attribution.engine.lag_refine import CHI2_90_1, LAG_SLACK_MS, lag_profile_ms, lag_slack_ms
 from attribution.engine.timebase import (
     LAG_COARSE_MS,
     SPREAD_POINTS,
@@ -118,3 +119,19 @@ def test_lag_slack_is_the_residual_profile_width_between_its_bounds() -> None:
         == LAG_COARSE_MS  # a flat residual: the cap
     assert lag_slack_ms(lambda d: 5.0, 3.0, n_readings=102, n_params=2, block=1) \
         == LAG_COARSE_MS  # no minimum at all
+    # the profile itself, unclipped (the snapshot's meta.lag_profile_ms): the sharp minimum's
+    # width below the floor, and no minimum at all an infinite one
+    sharp = lag_profile_ms(parabola(1e6), 3.0, n_readings=102, n_params=2, block=1)
+    assert sharp == pytest.approx(np.sqrt(CHI2_90_1 * 1e-6), rel=1e-9) and sharp < LAG_SLACK_MS
+    assert lag_profile_ms(lambda d: 5.0, 3.0, n_readings=102, n_params=2, block=1) == math.inf
+
+
+def test_the_snapshot_carries_the_lag_profile_before_its_floor() -> None:
+    """`meta.lag_profile_ms`: the engine's own 90 % lag uncertainty, which the intervals widen
+    to the 0.5 ms floor; on the simulator's data-centre boards it is 0.03–0.15 ms (what a lent
+    board's `gpu_check` compares against)."""
+    from attribution.sim import simulate
+
+    snap = attribute(simulate("varied_mix", "a100", 30.0, seed=2).trace, n_boot=10)
+    got = snap.meta["lag_profile_ms"]["0"]
+    assert 0.0 < got < LAG_SLACK_MS

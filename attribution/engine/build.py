@@ -11,6 +11,7 @@ dynamic energy ``ΔP_c × duration``; full energy adds ``P_idle × time share``;
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -44,7 +45,12 @@ from attribution.engine.idle_place import (
     judge_idle,
     sanity_band_w,
 )
-from attribution.engine.lag_refine import lag_slack_ms, refine_grid_lag, slack_lags
+from attribution.engine.lag_refine import (
+    lag_profile_ms,
+    refine_grid_lag,
+    slack_from_profile,
+    slack_lags,
+)
 from attribution.engine.power_cover import (
     CLASS_BELOW,
     WARN_BELOW,
@@ -138,6 +144,9 @@ class DeviceResult:
     """(τ₂ ms, weight) of the slow second response stage fitted on consumer boards."""
     boost_tail_j: float = 0.0
     """Energy of the fitted consumer boost tail over the window (in no item, not idle)."""
+    lag_profile_ms: float = math.inf
+    """The lag's measured 90 % uncertainty before the intervals' floor and ceiling
+    (``lag_refine.lag_profile_ms``); inf where no fit ran or no minimum was resolved."""
     item_group: I32 = dataclasses.field(default_factory=lambda: np.empty(0, np.int32))
     """Regressor group of each item (a kernel class's clamped instances have their own)."""
 
@@ -591,6 +600,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     held_p: list[float] = []
     tail_j = 0.0
     degenerate_w: float | None = None
+    profile = math.inf  # the lag's measured uncertainty (set by the fit)
     locked: float | None = None  # the readings' spread ratio when they are phase-locked
     unplaced_reason: str | None = None  # why, when the readings' windows are busy throughout
     if rd.field is None:
@@ -708,10 +718,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
-        slack = lag_slack_ms(lambda d: rss_at([d], slow)[0], lag,
-                             n_readings=len(y), n_params=n_groups + 1, block=block,
-                             at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag
-                             scores=lambda lags: rss_at(lags, slow))
+        profile = lag_profile_ms(lambda d: rss_at([d], slow)[0], lag,
+                                 n_readings=len(y), n_params=n_groups + 1, block=block,
+                                 at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag
+                                 scores=lambda lags: rss_at(lags, slow))
+        slack = slack_from_profile(profile)
         act.release()
         act.at([lag + d for d in (-slack, slack)], slow)  # both ends in one pass
         lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
@@ -858,6 +869,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         class_cluster=tuple(cluster), class_why=tuple(why), item_dynamic_j=item_dyn,
         item_energy_j=item_energy, n_readings=len(y), rms_w=rms, response_ms=tau, busy=busy,
         clusters=names, item_group=item_group, slow_response=slow, boost_tail_j=tail_j,
+        lag_profile_ms=profile,
         class_calls=units.class_calls, class_time_s=class_time_s,
         class_energy_j=np.asarray(np.bincount(key, weights=item_energy, minlength=n_cls),
                                   np.float64),

@@ -1,7 +1,8 @@
 """Sub-grid refinement of the fitted sensor lag, and its uncertainty.
 
 Owns :func:`refine_lag` (and :func:`refine_grid_lag`, the lag search's refinement both
-engines run) and :func:`lag_slack_ms` (the lag term of the intervals), both read
+engines run) and :func:`lag_profile_ms` / :func:`slack_from_profile` (the lag's measured
+uncertainty, and the lag term of the intervals it gives), both read
 off the residual as a function of the lag near its minimum.  The lag search (``timebase``)
 steps 0.25 ms, yet a short class next to busy/idle edges moves by tens of per cent of its
 energy per 0.25 ms: on fixed_mix/a100 (seed 7) the pinned HtoD copy was −58 % at the grid's
@@ -97,26 +98,40 @@ def slack_lags(lag_ms: float) -> list[float]:
     return [lag_ms - LAG_FINE_MS, lag_ms + LAG_FINE_MS]
 
 
-def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
-                 n_params: int, block: int, at_lag: float | None = None,
-                 scores: Scores | None = None) -> float:
-    """The lag's uncertainty folded into the intervals: its 90 % profile half-width from the
-    residual's curvature at the fitted lag (``score(d)`` = the residual sum of squares at lag
-    d, ms), with σ² from the residual over ``n_readings / block`` effective readings (residuals
-    within a bootstrap block move together), never below ``LAG_SLACK_MS`` (timestamp skew,
-    the board's response shape) nor above ``LAG_COARSE_MS`` (the lag search's coarse step: a
-    residual flatter than that -- seconds-long kernels -- says the readings hardly depend on
-    the lag, and so hardly do the estimates; unbounded, the parabola put real square-wave
-    runs' lag at ± 10⁷ ms).  With the sensor's own timestamps the measured part stays far
-    below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual and widen it
-    (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it already;
-    ``scores``: as :func:`refine_lag`'s."""
+def lag_profile_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
+                   n_params: int, block: int, at_lag: float | None = None,
+                   scores: Scores | None = None) -> float:
+    """The lag's 90 % profile half-width from the residual's curvature at the fitted lag
+    (``score(d)`` = the residual sum of squares at lag d, ms), with σ² from the residual over
+    ``n_readings / block`` effective readings (residuals within a bootstrap block move
+    together); inf where the readings resolve no minimum.  With the sensor's own timestamps
+    it stays far below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual
+    and widen it (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it
+    already; ``scores``: as :func:`refine_lag`'s."""
     h = LAG_FINE_MS
     r_0 = score(lag_ms) if at_lag is None else at_lag
     r_m, r_p = (scores if scores is not None else _one_by_one(score))(slack_lags(lag_ms))
     curv = r_m - 2.0 * r_0 + r_p
     if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
-        return LAG_COARSE_MS  # not at a minimum the readings resolve: the widest term
+        return math.inf
     s2 = r_0 / (n_readings - n_params) * block
-    return min(LAG_COARSE_MS,
-               max(LAG_SLACK_MS, h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))))
+    return h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))
+
+
+def slack_from_profile(profile_ms: float) -> float:
+    """The lag term of the intervals: the profile half-width (:func:`lag_profile_ms`), never
+    below ``LAG_SLACK_MS`` (timestamp skew, the board's response shape) nor above
+    ``LAG_COARSE_MS`` (the lag search's coarse step: a residual flatter than that --
+    seconds-long kernels -- says the readings hardly depend on the lag, and so hardly do the
+    estimates; unbounded, the parabola put real square-wave runs' lag at ± 10⁷ ms)."""
+    return min(LAG_COARSE_MS, max(LAG_SLACK_MS, profile_ms))
+
+
+def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
+                 n_params: int, block: int, at_lag: float | None = None,
+                 scores: Scores | None = None) -> float:
+    """:func:`slack_from_profile` of :func:`lag_profile_ms`: the lag's uncertainty folded into
+    the intervals."""
+    return slack_from_profile(lag_profile_ms(score, lag_ms, n_readings=n_readings,
+                                             n_params=n_params, block=block, at_lag=at_lag,
+                                             scores=scores))

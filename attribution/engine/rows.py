@@ -9,6 +9,8 @@ Steps are :func:`attribution.steps.step_stats`, the inefficiencies and ``extra["
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attribution.engine.activity import KERNEL
@@ -149,6 +151,9 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         "readings": {str(r.device): r.n_readings for r in arrays.devices},
         "sensor_source": {str(r.device): r.sensor.source for r in arrays.devices},
         "response_ms": {str(r.device): r.response_ms for r in arrays.devices},
+        # the lag's measured 90 % uncertainty before the intervals' 0.5 ms floor (null: none)
+        "lag_profile_ms": {str(r.device): r.lag_profile_ms if math.isfinite(r.lag_profile_ms)
+                           else None for r in arrays.devices},
         "slow_response": {str(r.device): list(r.slow_response) for r in arrays.devices},
         "boost_tail_j": {str(r.device): r.boost_tail_j for r in arrays.devices},
         "fit_rms_w": {str(r.device): r.rms_w for r in arrays.devices},
