@@ -151,16 +151,12 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
 def idle_cause_err(snap: Any, truth: Any) -> tuple[float, dict[str, list[float]]]:
     """How much of the GPU span's idle time the engine put under another cause than the one
     the simulator made the gap with: half the L1 distance between the two per-cause idle
-    times, over the true idle time of the span; and the times themselves (cause: [true,
-    engine] s).  The truth's window has idle before the first item and after the last that
-    the engine's window (the GPU span) does not: the simulator counts it as host stall."""
+    times, over the true idle time of the span (``Truth.span_idle_time_s``); and the times
+    themselves (cause: [true, engine] s)."""
     got: dict[str, float] = {}
     for i in snap.idle:
         got[f"idle.{i.cause}"] = got.get(f"idle.{i.cause}", 0.0) + i.time_s
-    true = dict(truth.idle_time_s)
-    lead_tail_s = ((truth.span_start_ns - truth.window_start_ns)
-                   + (truth.window_end_ns - truth.span_end_ns)) * 1e-9
-    true["idle.host_stall"] = true.get("idle.host_stall", 0.0) - lead_tail_s
+    true = truth.span_idle_time_s()
     keys = sorted(set(got) | set(true))
     moved = sum(abs(got.get(k, 0.0) - true.get(k, 0.0)) for k in keys) / 2
     total = sum(true.values())

@@ -490,3 +490,29 @@ def test_the_board_response_delays_the_power_by_its_time_constants(resp: Respons
     delay_ms = float(centre @ y / y.sum() - centre @ x / x.sum())
     assert delay_ms == pytest.approx(sum(w * t for w, t in zip(resp.weights, resp.taus_ms,
                                                                strict=True)), abs=1e-6)
+
+
+def test_span_idle_time_is_the_gpu_spans_idle_by_cause(varied: SimResult) -> None:
+    """``Truth.span_idle_time_s``: the per-cause idle over the GPU span (what an engine
+    attributes) adds up to the span less the union of kernels and copies; only the host
+    stalls lose the window's idle outside the span."""
+    tr, truth = varied.trace, varied.truth
+    s = np.concatenate([tr.kernels.start_ns, tr.copies.start_ns])
+    e = np.concatenate([tr.kernels.end_ns, tr.copies.end_ns])
+    o = np.argsort(s)
+    s, e = s[o], e[o]
+    busy_ns = 0
+    cur_s, cur_e = int(s[0]), int(e[0])
+    for a, b in zip(s[1:].tolist(), e[1:].tolist(), strict=True):
+        if a > cur_e:
+            busy_ns += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    busy_ns += cur_e - cur_s
+    span = truth.span_idle_time_s()
+    idle_s = (truth.span_end_ns - truth.span_start_ns - busy_ns) * 1e-9
+    assert sum(span.values()) == pytest.approx(idle_s, rel=1e-6)
+    whole = truth.idle_time_s
+    assert all(span[k] == whole[k] for k in whole if k != "idle.host_stall")
+    assert 0.0 < span["idle.host_stall"] < whole["idle.host_stall"]

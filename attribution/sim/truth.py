@@ -61,6 +61,16 @@ class Truth:
         """
         return self.lag_ms - self.clock_offset_ns / 1e6
 
+    def span_idle_time_s(self) -> dict[str, float]:
+        """``idle_time_s`` over the GPU span (first item start .. last item end), the window an
+        engine attributes: the window's idle before the first item and after the last, which
+        the simulator counts as host stall, taken off."""
+        out = dict(self.idle_time_s)
+        outside_s = ((self.span_start_ns - self.window_start_ns)
+                     + (self.window_end_ns - self.span_end_ns)) * 1e-9
+        out["idle.host_stall"] = out.get("idle.host_stall", 0.0) - outside_s
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
