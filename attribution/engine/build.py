@@ -34,6 +34,7 @@ from attribution.engine.aliasing import (
     spread_ratio,
     unanchored_warning,
 )
+from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
 from attribution.engine.bound_limit import bound_upper_w
 from attribution.engine.clamp import clamped_items
@@ -218,18 +219,20 @@ def board_floor_w(board_w: float, gain_sigma: float) -> float:
 
 
 def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns: I64, *,
-                   window_ms: float, lag_ms: float, kinds: I32) -> regress.Fit:
+                   window_ms: float, lag_ms: float, kinds: I32, per_row: int) -> regress.Fit:
     """The fit with P_idle held at the board's value and the boost tail refitted on the
     readings' excess over it (:func:`tail.held_tail_params` on the items' (start, end) times;
     no candidate: the classes take the excess): an end of the intervals where the free fit
-    could place no tail."""
+    could place no tail.  The tail is searched on the readings, the fit made on rows of
+    ``per_row`` of them (``block_rows``)."""
     params = held_tail_params(x, y - board_w, *items, t_ns, window_ms=window_ms, lag_ms=lag_ms)
     model = tail_model(params, *items)
     xh = x if model is None else np.column_stack([x, tail_fractions(
         model[0], model[1], t_ns, window_ms=window_ms, lag_ms=lag_ms, tau_s=model[2])])
     k = np.r_[kinds.astype(np.int64), [TAIL_KIND] * (xh.shape[1] - x.shape[1])]
-    return regress.fit(xh, y, board_w, pooled=regress.pooled_by_kind(xh, y, k),
-                       idle_weight=HELD_IDLE_READINGS * len(y))
+    xb, yb = block_means(xh, per_row), block_means(y, per_row)
+    return regress.fit(xb, yb, board_w, pooled=regress.pooled_by_kind(xb, yb, k),
+                       idle_weight=HELD_IDLE_READINGS * len(y), per_row=per_row)
 
 
 def untraced_warning(devices: list[int]) -> str:
@@ -698,11 +701,31 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
 
         xf = design(0.0)
         kinds = np.r_[group_kind.astype(np.int64), [TAIL_KIND] * (xf.shape[1] - n_groups)]
-        centre = regress.pooled_by_kind(xf, y, kinds)
-        f = regress.fit(xf, y, prior, pooled=centre)
+        # a consumer board's class regression fits means of consecutive readings (block_rows)
+        per_row = readings_per_row(period_ms, consumer=preset is not None
+                                   and preset.consumer_boost)
+        xfb, yb = block_means(xf, per_row), block_means(y, per_row)
+
+        def fit_rows(xd: F64, p_prior: float | None, *, pooled: F64,
+                     idle_weight: float = regress.IDLE_PRIOR_READINGS) -> regress.Fit:
+            """:func:`regress.fit` of design ``xd`` (one row per reading) in rows of
+            ``per_row`` readings."""
+            return regress.fit(xfb if xd is xf else block_means(xd, per_row), yb, p_prior,
+                               pooled=pooled, idle_weight=idle_weight, per_row=per_row)
+
+        def readings_rms(e: regress.Fit) -> float:
+            """The fit's residual RMS over the readings themselves (its own, over its rows,
+            where each row is one reading)."""
+            if per_row == 1:
+                return e.rms_w
+            r = y - (e.p_idle_w + xf @ e.dp_w)
+            return float(np.sqrt(np.mean(r ** 2)))
+
+        centre = regress.pooled_by_kind(xfb, yb, kinds)
+        f = fit_rows(xf, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
         block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
-        judged = judge_idle(f.p_idle_w, prior, rss_w2=f.rms_w ** 2 * len(y), n=len(y),
+        judged = judge_idle(f.p_idle_w, prior, rss_w2=readings_rms(f) ** 2 * len(y), n=len(y),
                             n_params=xf.shape[1] + 1, block=block,
                             leverage=idle_leverage(xf), phase_locked=locked is not None)
         if judged.hold:
@@ -710,7 +733,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # energy stays sane; every class is flagged below
             degenerate_w = f.p_idle_w
             idle_w = HELD_IDLE_READINGS * len(y)
-            f = regress.fit(xf, y, prior, pooled=centre, idle_weight=idle_w)
+            f = fit_rows(xf, prior, pooled=centre, idle_weight=idle_w)
         unplaced_reason, lines = idle_lines(
             device, judged, p_idle_w=f.p_idle_w, board_w=prior, phase_locked=locked is not None,
             held=None if degenerate_w is None else (degenerate_w, f.p_idle_w))
@@ -725,15 +748,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         slack = slack_from_profile(profile)
         act.release()
         act.at([lag + d for d in (-slack, slack)], slow)  # both ends in one pass
-        lag_fits = [regress.fit(design(d), y, prior, pooled=centre, idle_weight=idle_w)
+        lag_fits = [fit_rows(design(d), prior, pooled=centre, idle_weight=idle_w)
                     for d in (-slack, slack)]
         act.release()
-        prior_fits = [regress.fit(xf, y, prior, pooled=centre * m, idle_weight=idle_w)
+        prior_fits = [fit_rows(xf, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
         if prior is not None and judged.hold and locked is None:
             # held because the readings do not place P_idle: it may be anywhere the sanity
             # band allows (phase-locked readings get their own interval below)
-            prior_fits += [regress.fit(xf, y, band_w, pooled=centre, idle_weight=idle_w)
+            prior_fits += [fit_rows(xf, band_w, pooled=centre, idle_weight=idle_w)
                            for band_w in sanity_band_w(prior)]
         if (tail_unplaced and preset is not None and prior is not None and not judged.hold
                 and f.p_idle_w > prior):
@@ -742,7 +765,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # at the board's value (in true watts: the sensor's gain spans it) and the tail
             # refitted where it now can be, else the classes taking the rest
             held = _held_tail_fit(x, y, prior, (s_ns, e_ns), t_k, window_ms=window_ms,
-                                  lag_ms=lag, kinds=group_kind)
+                                  lag_ms=lag, kinds=group_kind, per_row=per_row)
             prior_fits.append(held)
             held_p = [board_floor_w(prior, preset.gain_sigma)]
             warnings.append(tail_unplaced_warning(device, f.p_idle_w, prior))
@@ -753,8 +776,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                     act, x, lag_ms=lag, slow=slow, tail_params=tail_params,
                     tail_col=xf[:, n_groups:] if tail is not None else None,
                     items=(s_ns, e_ns), t_ns=t_k, window_ms=window_ms)]:
-                prior_fits.append(regress.fit(xb, y, prior, pooled=centre[:xb.shape[1]],
-                                              idle_weight=idle_w))
+                prior_fits.append(fit_rows(xb, prior, pooled=centre[:xb.shape[1]],
+                                           idle_weight=idle_w))
         if sp_poll is not None and polls_locked:
             # polls locked to the sensor: each publish sits at one point of its poll interval,
             # not spread over it; the interval spans the fits with the publishes at either end
@@ -776,20 +799,23 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                 if on_grid and placing is not None and same_window else
                                 fit_lag_response(busy, t_end, y, window_ms, regress.quick_rss,
                                                  spread_ns=sp_end))
-                prior_fits.append(regress.fit(
+                prior_fits.append(fit_rows(
                     window_fractions(busy, t_end, window_ms, lag_e, tau_e, spread_ns=sp_end),
-                    y, prior, pooled=centre[:n_groups], idle_weight=idle_w))
+                    prior, pooled=centre[:n_groups], idle_weight=idle_w))
         lag_dp = np.array([e.dp_w[:n_groups] for e in lag_fits])
         prior_dp = np.array([e.dp_w[:n_groups] for e in prior_fits])
         end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
-        p_boot, dp_boot = regress.bootstrap(xf, y, prior, n_boot=n_boot, block=block,
-                                            pooled=centre, idle_weight=idle_w)
+        block_rows = max(1, block // per_row)
+        p_boot, dp_boot = regress.bootstrap(xfb, yb, prior, n_boot=n_boot, block=block_rows,
+                                            pooled=centre, idle_weight=idle_w,
+                                            per_row=per_row)
         dp_boot = dp_boot[:, :n_groups]
-        p_idle, dp, rms = f.p_idle_w, f.dp_w[:n_groups], f.rms_w
-        bound_up = bound_upper_w(xf, y, f.dp_w, rms_w=rms, p_idle_w=p_idle, block=block,
-                                 idle_weight=idle_w)[:n_groups]
+        p_idle, dp = f.p_idle_w, f.dp_w[:n_groups]
+        rms = readings_rms(f)
+        bound_up = bound_upper_w(xfb, yb, f.dp_w, rms_w=f.rms_w, p_idle_w=p_idle,
+                                 block=block_rows, idle_weight=idle_w / per_row)[:n_groups]
         if tail is not None:
             tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
                                                               win[0], win[1])

@@ -237,7 +237,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w,
                                                   classes=False))
         if stage_at_edge(p.slow_response):
-            warnings.append(stage_edge_warning(p.device, p.slow_response))
+            warnings.append(stage_edge_warning(p.device, p.slow_response, blocks=False))
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]

@@ -145,34 +145,41 @@ def prior_span(dp_w: F64, centre_w: F64, kind: I64, exposure: F64) -> tuple[floa
 
 
 def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
-                 idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+                 idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1
+                 ) -> tuple[F64, F64]:
     """The priors of :func:`fit` as extra rows ``(A_p, b_p)`` over ``[P_idle, ΔP_1…ΔP_g]``:
     ΔP toward ``pooled`` (one value or one per group) with weight ``PRIOR_READINGS``, and
-    P_idle toward ``p_idle_prior_w`` (if given) with weight ``idle_weight``."""
+    P_idle toward ``p_idle_prior_w`` (if given) with weight ``idle_weight``.  Both weights
+    are in readings: where each row is the mean of ``per_row`` readings
+    (``block_rows.block_means``), they are divided by it, so the priors weigh what they
+    weigh against the readings themselves."""
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
     n = g + (p_idle_prior_w is not None)
     a_p = np.zeros((n, g + 1))
     b_p = np.empty(n)
-    w = np.sqrt(PRIOR_READINGS)
+    w = np.sqrt(PRIOR_READINGS / per_row)
     a_p[np.arange(g), np.arange(1, g + 1)] = w
     b_p[:g] = w * centre
     if p_idle_prior_w is not None:
-        wi = np.sqrt(idle_weight)
+        wi = np.sqrt(idle_weight / per_row)
         a_p[g, 0] = wi
         b_p[g] = wi * p_idle_prior_w
     return a_p, b_p
 
 
 def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
-        pooled: float | F64 | None = None, idle_weight: float = IDLE_PRIOR_READINGS) -> Fit:
+        pooled: float | F64 | None = None, idle_weight: float = IDLE_PRIOR_READINGS,
+        per_row: int = 1) -> Fit:
     """The non-negative fit with weak priors (see the module docstring).  ``pooled`` is the
     ΔP prior centre: one value for every group or one per group; ``idle_weight`` the P_idle
-    prior's weight in idle readings (large: P_idle held at the prior)."""
+    prior's weight in idle readings (large: P_idle held at the prior); ``per_row``: the
+    readings each row of ``x``/``y`` is the mean of (:func:`prior_system`)."""
     k, g = x.shape
     if pooled is None:
         _, pooled = pooled_fit(x, y)
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
-    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight)
+    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight,
+                            per_row=per_row)
     a_mat = np.vstack([np.column_stack([np.ones(k), x]), a_p])
     b = np.concatenate([y, b_p])
     scale = np.maximum(np.sqrt((a_mat ** 2).sum(axis=0)), 1e-12)
@@ -212,10 +219,12 @@ def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
 
 def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
               seed: int = 0, pooled: float | F64 | None = None,
-              idle_weight: float = IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+              idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1
+              ) -> tuple[F64, F64]:
     """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``.
 
-    Each replicate is :func:`fit` of the resampled readings.  With a given ``pooled`` centre
+    Each replicate is :func:`fit` of the resampled readings (rows of ``per_row`` readings
+    each, ``block`` counted in rows).  With a given ``pooled`` centre
     the prior rows and the readings' design ``[1, x]`` are the same in every replicate, so
     they are built once and each replicate gathers its rows into one reused system: the
     same matrix, scaling and ``nnls`` call as :func:`fit` makes, so the same bits (the
@@ -229,12 +238,14 @@ def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, bloc
     if pooled is None:  # each replicate pools its own readings
         for b in range(n_boot):
             idx = block_indices(k, block, rng)
-            f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight)
+            f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight,
+                    per_row=per_row)
             p[b] = f.p_idle_w
             dp[b] = f.dp_w
         return p, dp
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
-    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight)
+    a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight,
+                            per_row=per_row)
     design = np.column_stack([np.ones(k), x])
     a_mat = np.empty((k + len(a_p), g + 1))
     a_mat[k:] = a_p
