@@ -24,8 +24,8 @@ one reading a row → B = 2:
 * cards on the grid, which the per-reading fit describes exactly: 5.31 → 5.66 %, 92.9 →
   96.5 %; P_idle's median error 1.7 → 3.9 % (its worst 95 → 74 %).
 
-Longer rows lost more on the grid (6.2 % at B = 3) and did worse on the slow cards too (9.4
-% at 3, 10.1 % at 5, 11.3 % at 10). Data-centre boards keep one reading per row: their
+Longer rows lost more on the grid (6.2 % at B = 3) and did worse on the slow cards too
+(9.4 % at 3, 10.1 % at 5, 11.3 % at 10). Data-centre boards keep one reading per row: their
 response settles in ~2 ms, and their results are unchanged to the bit.
 """
 

@@ -807,15 +807,15 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
-        block_rows = max(1, block // per_row)
-        p_boot, dp_boot = regress.bootstrap(xfb, yb, prior, n_boot=n_boot, block=block_rows,
+        boot_block = max(1, block // per_row)  # the bootstrap's block, in rows
+        p_boot, dp_boot = regress.bootstrap(xfb, yb, prior, n_boot=n_boot, block=boot_block,
                                             pooled=centre, idle_weight=idle_w,
                                             per_row=per_row)
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp = f.p_idle_w, f.dp_w[:n_groups]
         rms = readings_rms(f)
         bound_up = bound_upper_w(xfb, yb, f.dp_w, rms_w=f.rms_w, p_idle_w=p_idle,
-                                 block=block_rows, idle_weight=idle_w / per_row)[:n_groups]
+                                 block=boot_block, idle_weight=idle_w / per_row)[:n_groups]
         if tail is not None:
             tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
                                                               win[0], win[1])
