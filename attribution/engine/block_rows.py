@@ -20,7 +20,8 @@ one reading a row → B = 2:
 * cards drawn off the model's grid, six seeds: 5.70 → 5.42 %, 86.8 → 93.3 %, worst row
   21.9 → 15.9 %;
 * cards as slow as the real RTX 3090/4090 fits (τ₂ 300-1000 ms, w 0.5-0.7), two seeds:
-  11.3 → 8.8 %, 66.6 → 85.9 % (worst row 28.4 → 36.6 %);
+  11.3 → 8.8 %, 66.6 → 85.9 % (worst row 28.4 → 36.6 %); checked after on seeds 11 and
+  5: 10.3 → 9.2 %, 70.3 → 86.6 %;
 * cards on the grid, which the per-reading fit describes exactly: 5.31 → 5.66 %, 92.9 →
   96.5 %; P_idle's median error 1.7 → 3.9 % (its worst 95 → 74 %).
 
