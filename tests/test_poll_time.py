@@ -14,7 +14,12 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
-from attribution.engine.lag_refine import CHI2_90_1, LAG_SLACK_MS, lag_profile_ms, lag_slack_ms
+from attribution.engine.lag_refine import (
+    CHI2_90_1,
+    LAG_SLACK_MS,
+    lag_profile_ms,
+    slack_from_profile,
+)
 from attribution.engine.timebase import (
     LAG_COARSE_MS,
     SPREAD_POINTS,
@@ -108,6 +113,11 @@ def test_lag_slack_is_the_residual_profile_width_between_its_bounds() -> None:
     (readings − parameters) × block; clipped to [LAG_SLACK_MS, LAG_COARSE_MS]."""
     def parabola(a: float) -> Callable[[float], float]:
         return lambda d: 100.0 + a * (d - 3.0) ** 2
+
+    def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
+                     n_params: int, block: int) -> float:
+        return slack_from_profile(lag_profile_ms(score, lag_ms, n_readings=n_readings,
+                                                 n_params=n_params, block=block))
 
     got = lag_slack_ms(parabola(1.0), 3.0, n_readings=102, n_params=2, block=1)
     assert got == pytest.approx(np.sqrt(CHI2_90_1 * 1.0), rel=1e-9)  # 1.645 ms

@@ -674,7 +674,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
             lag = refine_grid_lag(rss_at, lag)
             act.release()
-        # the fitted lag's matrix with the neighbours lag_slack_ms reads, in one pass
+        # the fitted lag's matrix with the neighbours lag_profile_ms reads, in one pass
         x = act.at([lag, *slack_lags(lag)], slow)[0]
         spread = spread_ratio(busy, t_k, x, window_ms, lag_ms=lag, tau_ms=tau, slow=slow,
                               spread_ns=sp_k)

@@ -28,7 +28,7 @@ RESOLUTION_DECIMALS = 3
 """The refined lag is rounded to 10⁻³ ms."""
 LAG_SLACK_MS = 0.5
 """Least lag uncertainty folded into the intervals (timestamp skew, board response shape);
-:func:`lag_slack_ms` widens it where the residual measures more."""
+:func:`slack_from_profile` widens it where the residual measures more."""
 
 
 
@@ -94,7 +94,7 @@ CHI2_90_1 = 2.706
 
 
 def slack_lags(lag_ms: float) -> list[float]:
-    """The lags :func:`lag_slack_ms` reads the residual at, besides ``lag_ms`` itself."""
+    """The lags :func:`lag_profile_ms` reads the residual at, besides ``lag_ms`` itself."""
     return [lag_ms - LAG_FINE_MS, lag_ms + LAG_FINE_MS]
 
 
@@ -126,12 +126,3 @@ def slack_from_profile(profile_ms: float) -> float:
     estimates; unbounded, the parabola put real square-wave runs' lag at ± 10⁷ ms)."""
     return min(LAG_COARSE_MS, max(LAG_SLACK_MS, profile_ms))
 
-
-def lag_slack_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
-                 n_params: int, block: int, at_lag: float | None = None,
-                 scores: Scores | None = None) -> float:
-    """:func:`slack_from_profile` of :func:`lag_profile_ms`: the lag's uncertainty folded into
-    the intervals."""
-    return slack_from_profile(lag_profile_ms(score, lag_ms, n_readings=n_readings,
-                                             n_params=n_params, block=block, at_lag=at_lag,
-                                             scores=scores))
