@@ -496,22 +496,9 @@ def test_span_idle_time_is_the_gpu_spans_idle_by_cause(varied: SimResult) -> Non
     """``Truth.span_idle_time_s``: the per-cause idle over the GPU span (what an engine
     attributes) adds up to the span less the union of kernels and copies; only the host
     stalls lose the window's idle outside the span."""
-    tr, truth = varied.trace, varied.truth
-    s = np.concatenate([tr.kernels.start_ns, tr.copies.start_ns])
-    e = np.concatenate([tr.kernels.end_ns, tr.copies.end_ns])
-    o = np.argsort(s)
-    s, e = s[o], e[o]
-    busy_ns = 0
-    cur_s, cur_e = int(s[0]), int(e[0])
-    for a, b in zip(s[1:].tolist(), e[1:].tolist(), strict=True):
-        if a > cur_e:
-            busy_ns += cur_e - cur_s
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    busy_ns += cur_e - cur_s
+    truth = varied.truth
     span = truth.span_idle_time_s()
-    idle_s = (truth.span_end_ns - truth.span_start_ns - busy_ns) * 1e-9
+    idle_s = (truth.span_end_ns - truth.span_start_ns) * 1e-9 - _busy_union_s(varied)
     assert sum(span.values()) == pytest.approx(idle_s, rel=1e-6)
     whole = truth.idle_time_s
     assert all(span[k] == whole[k] for k in whole if k != "idle.host_stall")
