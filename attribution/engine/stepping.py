@@ -5,7 +5,7 @@ its end (:func:`finish`, the batch engine's form) and taking one step (:func:`st
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -23,8 +23,6 @@ def step(gen: Generator[Any, None, T]) -> tuple[bool, T | None]:
 def finish(gen: Generator[Any, None, T]) -> T:
     """Run ``gen`` to its end; its result."""
     while True:
-        try:
-            next(gen)
-        except StopIteration as done:
-            result: T = done.value
-            return result
+        done, result = step(gen)
+        if done:
+            return cast(T, result)
