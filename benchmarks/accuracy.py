@@ -149,19 +149,14 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
 
 
 def idle_cause_err(snap: Any, truth: Any) -> tuple[float, dict[str, list[float]]]:
-    """How much of the GPU span's idle time the engine put under another cause than the one
-    the simulator made the gap with: half the L1 distance between the two per-cause idle
-    times, over the true idle time of the span (``Truth.span_idle_time_s``); and the times
+    """``Truth.misplaced_idle_share`` of the snapshot's idle time by cause, and the times
     themselves (cause: [true, engine] s)."""
     got: dict[str, float] = {}
     for i in snap.idle:
         got[f"idle.{i.cause}"] = got.get(f"idle.{i.cause}", 0.0) + i.time_s
     true = truth.span_idle_time_s()
-    keys = sorted(set(got) | set(true))
-    moved = sum(abs(got.get(k, 0.0) - true.get(k, 0.0)) for k in keys) / 2
-    total = sum(true.values())
-    return (moved / total if total > 0 else float("nan"),
-            {k[5:]: [true.get(k, 0.0), got.get(k, 0.0)] for k in keys})
+    return (truth.misplaced_idle_share(got),
+            {k[5:]: [true.get(k, 0.0), got.get(k, 0.0)] for k in sorted(set(got) | set(true))})
 
 
 def _pf(b: bool) -> str:

@@ -503,3 +503,20 @@ def test_span_idle_time_is_the_gpu_spans_idle_by_cause(varied: SimResult) -> Non
     whole = truth.idle_time_s
     assert all(span[k] == whole[k] for k in whole if k != "idle.host_stall")
     assert 0.0 < span["idle.host_stall"] < whole["idle.host_stall"]
+
+
+def test_misplaced_idle_share_is_half_the_l1_distance_over_the_span_idle(
+        varied: SimResult) -> None:
+    """``Truth.misplaced_idle_share``: 0 for the truth itself; moving x seconds from one cause
+    to another misplaces x of the span's idle time, whichever causes they are."""
+    truth = varied.truth
+    true = truth.span_idle_time_s()
+    total = sum(true.values())
+    assert truth.misplaced_idle_share(true) == 0.0
+    x = 0.5 * true["idle.sync_wait"]
+    moved = {**true, "idle.sync_wait": true["idle.sync_wait"] - x,
+             "idle.other": true.get("idle.other", 0.0) + x}
+    assert truth.misplaced_idle_share(moved) == pytest.approx(x / total, rel=1e-9)
+    only = {"idle.launch_gap": total}  # everything under one cause
+    assert truth.misplaced_idle_share(only) == pytest.approx(1.0 - true["idle.launch_gap"] / total,
+                                                              rel=1e-9)

@@ -9,6 +9,7 @@ simulator generated the gap with.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,16 @@ class Truth:
                      + (self.window_end_ns - self.span_end_ns)) * 1e-9
         out["idle.host_stall"] = out.get("idle.host_stall", 0.0) - outside_s
         return out
+
+    def misplaced_idle_share(self, got_s: Mapping[str, float]) -> float:
+        """How much of the GPU span's idle time an engine put under another cause than the one
+        the simulator made the gap with: half the L1 distance between ``got_s`` (cause →
+        seconds, keyed ``idle.<cause>``) and :meth:`span_idle_time_s`, over the span's true
+        idle time (NaN when it has none)."""
+        true = self.span_idle_time_s()
+        moved = sum(abs(got_s.get(k, 0.0) - true.get(k, 0.0)) for k in set(got_s) | set(true))
+        total = sum(true.values())
+        return moved / 2 / total if total > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
