@@ -122,7 +122,6 @@ def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) ->
     assert 0.0 < slack["measured_ms"] < slack["floor_ms"]
     # the fake board's power steps are instant: the fitted response is the grid's τ = 0
     assert att["response"]["response_ms"] == 0.0 and not att["response"]["at_grid_edge"]
-    assert att["response"]["grid_ms"][-1] == 3.0
     cup = sec["cupti"]
     assert cup["kernels_decoded"] == cup["launched"] > 0 and cup["timestamps_match"]
 
