@@ -481,3 +481,21 @@ def test_idle_time_lands_under_the_cause_the_gap_was_made_with(scenario: str, gp
     true = truth.span_idle_time_s()
     assert min(true.values()) >= 0.0 and true["idle.launch_gap"] > 0 and true["idle.sync_wait"] > 0
     assert truth.misplaced_idle_share(got) < 0.01
+
+
+@pytest.mark.parametrize("kept", [6, 8])  # readings kept: 2 and 3 usable (windows need room)
+def test_too_few_readings_keep_the_default_lag_unrefined(kept: int) -> None:
+    """Under ``MIN_LAG_READINGS`` usable readings no lag is searched (``DEFAULT_LAG``), and
+    none is refined either: before, the batch engine walked the default between grid points
+    on two or three readings (1.5 → 0.381 and 1.276 ms here), a lag no data had fitted (the
+    live engine already left it alone)."""
+    from attribution.engine.timebase import DEFAULT_LAG, MIN_LAG_READINGS
+    from attribution.sim import simulate
+
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=2.0, seed=3).trace
+    fresh = np.flatnonzero(trace.power.fresh)
+    start = len(fresh) // 2 - kept // 2
+    power = trace.power.take(fresh[start:start + kept])
+    snap = attribute(dataclasses.replace(trace, power=power), n_boot=5)
+    assert 2 <= snap.meta["readings"]["0"] < MIN_LAG_READINGS
+    assert snap.gpus[0].sensor.lag_ms == DEFAULT_LAG[0]

@@ -67,6 +67,8 @@ from attribution.engine.tail import (
     tail_unplaced_warning,
 )
 from attribution.engine.timebase import (
+    DEFAULT_LAG,
+    MIN_LAG_READINGS,
     LagMatrices,
     Readings,
     Sensor,
@@ -595,7 +597,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # group × class busy time: class energy = Σ_g ΔP_g × time[g, c]
     dur_s, g_c_time, class_time_s = _class_times(items, s_ns, e_ns, units=units, key=key,
                                                  duration_ns_f=duration_ns_f)
-    lag, tau = 1.5, 0.0
+    lag, tau = DEFAULT_LAG
     slow = (0.0, 0.0)
     tail: tuple[I64, I64, float] | None = None
     tail_unplaced = False
@@ -671,7 +673,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                    ) -> list[float]:
             return [regress.quick_rss(m, y) for m in act.at(lags, stage)]
 
-        if slow == (0.0, 0.0):  # a consumer board's lag is fitted jointly with its slow stage
+        # between the grid's points (a consumer board's lag is fitted with its slow stage)
+        if slow == (0.0, 0.0) and len(y) >= MIN_LAG_READINGS:
             lag = refine_grid_lag(rss_at, lag)
             act.release()
         # the fitted lag's matrix with the neighbours lag_profile_ms reads, in one pass

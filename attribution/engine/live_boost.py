@@ -36,6 +36,7 @@ from attribution.engine.tail import (
     tail_fractions,
 )
 from attribution.engine.timebase import (
+    MIN_LAG_READINGS,
     ActivityFn,
     LagMatrices,
     slow_response_steps,
@@ -112,7 +113,7 @@ class ResponseSearch:
             if not self._consumer:
                 lag, tau = self._fast
                 act = LagMatrices(self._busy, self._t, self._w, tau)
-                if len(self._t) >= 4:  # between the grid's points, as the batch engine
+                if len(self._t) >= MIN_LAG_READINGS:  # between the grid's points, as batch
                     lag = refine_grid_lag(
                         lambda lags: [regress.quick_rss(m, self._y) for m in act.at(lags)], lag)
                 self.spread = spread_ratio(self._busy, self._t, act.at([lag])[0], self._w,

@@ -12,6 +12,8 @@ import math
 
 from attribution.engine import regress
 from attribution.engine.timebase import (
+    DEFAULT_LAG,
+    MIN_LAG_READINGS,
     TAU_POINTS,
     ActivityFn,
     iter_window_fractions,
@@ -29,7 +31,8 @@ class LagSearch:
         self._todo = next(self._plan)
         self._done: list[float] = []
         self.evaluations = 0
-        self.result: tuple[float, float] | None = None if len(t_ns) >= 4 else (1.5, 0.0)
+        self.result: tuple[float, float] | None = (
+            None if len(t_ns) >= MIN_LAG_READINGS else DEFAULT_LAG)
 
     def step(self, units: float = math.inf) -> tuple[float, float] | None:
         """Evaluate grid points worth up to ``units`` (a τ = 0 point costs 1, a τ > 0 point

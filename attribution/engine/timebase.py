@@ -30,6 +30,11 @@ TAU_GRID_MS = (0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 2.5, 3.0)
 2.5 ms since 2026-12-05: a V100 whose response is 2.35 ms, fitted at 2.0, put P_idle 5.6 %
 high and its classes 3–7 % low, outside their intervals (docs/accuracy.md, "Drawn boards")."""
 TAU_POINTS = 8
+MIN_LAG_READINGS = 4
+"""Fewer usable readings than this fit no lag: the searches (both engines) return
+``DEFAULT_LAG``, which nothing then refines."""
+DEFAULT_LAG = (1.5, 0.0)
+"""(lag ms, τ ms) where no lag is fitted."""
 SLOW_TAU_GRID_MS = (30.0, 60.0, 120.0, 250.0, 500.0)
 """Candidate time constants of a consumer board's slow boost stage (DESIGN.md §3: two-stage
 ramp, tail 0.5-3 s)."""
@@ -365,8 +370,8 @@ def fit_lag_score(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
                   rss: Callable[[F64, F64], float], *, tau_ms: float = 0.0,
                   spread_ns: I64 | None = None) -> tuple[float, float]:
     """(lag, residual) at the best lag for a given response time constant."""
-    if len(t_ns) < 4:
-        return 1.5, float("inf")
+    if len(t_ns) < MIN_LAG_READINGS:
+        return DEFAULT_LAG[0], float("inf")
     return run_plan(_lag_stages(tau_ms), busy, t_ns, y, window_ms, rss=rss,
                     spread_ns=spread_ns)
 
@@ -375,8 +380,8 @@ def fit_lag_response(busy: ActivityFn, t_ns: I64, y: F64, window_ms: float,
                      rss: Callable[[F64, F64], float], *, spread_ns: I64 | None = None
                      ) -> tuple[float, float]:
     """(lag, τ) jointly: the best lag for each τ in ``TAU_GRID_MS``, then the best τ."""
-    if len(t_ns) < 4:
-        return 1.5, 0.0
+    if len(t_ns) < MIN_LAG_READINGS:
+        return DEFAULT_LAG
     return run_plan(lag_response_plan(), busy, t_ns, y, window_ms, rss=rss,
                     spread_ns=spread_ns)
 
