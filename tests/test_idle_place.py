@@ -13,6 +13,7 @@ from attribution.engine import attribute, build
 from attribution.engine.idle_place import (
     IDLE_PINNED,
     IDLE_UNPLACED,
+    MIN_JUDGED,
     idle_leverage,
     idle_leverage_gram,
     idle_unplaced,
@@ -81,17 +82,19 @@ def test_the_suites_most_idle_starved_run_still_places_p_idle(
     ((64.0, None, 600, 1e5, False), (False, True, False)),     # no table value to hold at
     ((110.0, 62.0, 600, 30.0, False), (False, False, True)),   # off the table, pinned: kept
     ((110.0, 62.0, 12, 400.0, False), (True, False, False)),   # off the table, not pinned
-    ((110.0, 62.0, 5, 30.0, True), (False, False, False)),     # too few readings to judge
+    ((110.0, 62.0, 5, 30.0, True), (True, False, False)),      # too few readings: held
+    ((110.0, None, 5, 30.0, True), (False, False, False)),     # ... with no table value
 ])
 def test_judge_idle(case: tuple[float, float | None, int, float, bool],
                     want: tuple[bool, bool, bool]) -> None:
-    """The three reasons to hold P_idle, the off-table fit the readings pin, and what is
+    """The four reasons to hold P_idle, the off-table fit the readings pin, and what is
     not judged: (P_idle, board's value, readings, leverage, phase-locked), a residual of
     2 W rms per reading, blocks of 10."""
     p_idle_w, board_w, n, leverage, locked = case
     got = judge_idle(p_idle_w, board_w, rss_w2=4.0 * n, n=n, n_params=4, block=10,
                      leverage=leverage, phase_locked=locked)
     assert (got.hold, got.unplaced, got.off_table_se is not None) == want
+    assert got.few == (n if n < MIN_JUDGED else None)
     if got.off_table_se is not None:
         assert 0 < got.off_table_se <= IDLE_PINNED
 

@@ -36,11 +36,13 @@ from attribution.engine.aliasing import (
 )
 from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
+from attribution.engine.boot_blocks import floor_rows, resample_block, small_sample_scale
 from attribution.engine.bound_limit import bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import (
+    MIN_JUDGED,
     idle_leverage,
     idle_lines,
     judge_idle,
@@ -618,9 +620,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             + (f"idle at the board's active idle ({preset.active_idle_w:.0f} W), "
                if preset is not None else "idle at the readings' median, ")
             + "no dynamic energy")
-    elif len(y) < 8:
+    elif len(y) < MIN_JUDGED:
         warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
-                        "window; the fit rests on the priors")
+                        "window; the fit rests on the priors"
+                        + (f" (active idle held at the board's {preset.active_idle_w:.0f} W; "
+                           "every class flagged)" if preset is not None else ""))
     # the log's every row on this device, fresh or not, says when it ran (a change-of-value
     # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
     power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
@@ -811,11 +815,17 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
         boot_block = max(1, block // per_row)  # the bootstrap's block, in rows
-        p_boot, dp_boot = regress.bootstrap(xfb, yb, prior, n_boot=n_boot, block=boot_block,
-                                            pooled=centre, idle_weight=idle_w,
-                                            per_row=per_row)
+        # a short run: resampled in shorter blocks, its spread scaled by Student's t for the
+        # few independent seconds it holds (boot_blocks)
+        p_boot, dp_boot = regress.bootstrap(
+            xfb, yb, prior, n_boot=n_boot, pooled=centre, idle_weight=idle_w, per_row=per_row,
+            block=resample_block(len(yb), boot_block, floor_rows(window_ms, period_ms,
+                                                                 per_row)))
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp = f.p_idle_w, f.dp_w[:n_groups]
+        t_scale = small_sample_scale(len(yb), boot_block)
+        dp_boot = np.maximum(dp + t_scale * (dp_boot - dp), 0.0)
+        p_boot = np.maximum(p_idle + t_scale * (p_boot - p_idle), 0.0)
         rms = readings_rms(f)
         bound_up = bound_upper_w(xfb, yb, f.dp_w, rms_w=f.rms_w, p_idle_w=p_idle,
                                  block=boot_block, idle_weight=idle_w / per_row)[:n_groups]

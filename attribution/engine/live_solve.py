@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from attribution.engine import regress
+from attribution.engine.boot_blocks import small_sample_scale
 from attribution.engine.build import (
     GAIN_SIGMA,
     HELD_IDLE_READINGS,
@@ -127,12 +128,15 @@ class BootPool:
         e[missing] = np.nan
         return e
 
-    def p_idle_ci(self, p_idle_w: float, ends_w: list[float], gain_sigma: float
-                  ) -> tuple[float, float]:
+    def p_idle_ci(self, p_idle_w: float, ends_w: list[float], gain_sigma: float,
+                  t_scale: float = 1.0) -> tuple[float, float]:
         """P_idle's interval as the batch engine builds it (:func:`build.p_idle_interval`)
-        from the pool's 5–95 % and the P_idle of the tick's end fits."""
+        from the pool's 5–95 % (their distances from ``p_idle_w`` × ``t_scale``,
+        ``boot_blocks.small_sample_scale``) and the P_idle of the tick's end fits."""
         lo, hi = percentiles(self._p[:self._n], CI_Q)  # np.percentile's, without its overhead
-        return p_idle_interval(p_idle_w, (float(lo), float(hi)), ends_w, gain_sigma)
+        lo = max(p_idle_w - t_scale * (p_idle_w - float(lo)), 0.0)
+        hi = p_idle_w + t_scale * (float(hi) - p_idle_w)
+        return p_idle_interval(p_idle_w, (lo, hi), ends_w, gain_sigma)
 
 
 def _per_unit(dp: F64, group: I32, absent: float = 0.0) -> F64:
@@ -223,6 +227,12 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     pool.add(pb, _per_unit(dpb, group, np.nan), n_boot)
     e_boot = pool.class_energy(time_s, um)
     lo, hi, seen = _percentiles(e_boot)
+    # the pool's spread scaled by Student's t for the horizon's independent seconds, as the
+    # batch engine's (boot_blocks; the live horizon resamples whole 1 s blocks)
+    t_scale = small_sample_scale(n_rd, block)
+    est_j = np.asarray(dp @ g_c, np.float64)
+    lo = np.maximum(est_j - t_scale * (est_j - lo), 0.0)
+    hi = est_j + t_scale * (hi - est_j)
     # the fits at the other lags and prior centres: one stacked solve
     ends_sys = []
     for i in (1, 2):
@@ -250,7 +260,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
                else None)
     if floor_w is not None:
         end_p.append(floor_w)
-    ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma), seen >= min(n_boot, 20))
+    ci = ClassCi(lo, hi, pool.p_idle_ci(p_idle, end_p, gain_sigma, t_scale),
+                 seen >= min(n_boot, 20))
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
