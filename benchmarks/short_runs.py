@@ -17,7 +17,7 @@ consumer presets that idle figure is not shown: the truth's idle over the GPU sp
 whole-window idle less the lead and trailing energy, and on a run of 1-2 s that energy holds
 most of the boost tail, so the reference itself is off by 15-20 %.)
 
-    python benchmarks/short_runs.py [--seconds 1,1.5,2,3,5] [--seeds 0,1,2]
+    python benchmarks/short_runs.py [--seconds 1,1.5,2,3,5] [--seeds 0,1,2] [--files]
 """
 
 from __future__ import annotations
@@ -67,15 +67,16 @@ def rules_before() -> Iterator[None]:
             setattr(m, name, value)
 
 
-def rows(seconds: float, seeds: list[int]) -> list[dict[str, Any]]:
+def rows(seconds: float, seeds: list[int], files: bool = False) -> list[dict[str, Any]]:
     """:func:`accuracy.sim_row` of every scenario × preset × seed at ``seconds`` (runs the
-    simulator cannot make that short are skipped)."""
+    simulator cannot make that short are skipped); ``files``: through Kineto JSON and an
+    nvidia-smi CSV, as ``ppwtop attribute`` reads them."""
     out = []
     for scenario in SCENARIOS:
         for gpu in GPUS:
             for seed in seeds:
                 try:
-                    out.append(sim_row(scenario, gpu, seconds, seed))
+                    out.append(sim_row(scenario, gpu, seconds, seed, files=files))
                 except ValueError:  # e.g. the demo scenario needs ≥ 1 s
                     continue
     return out
@@ -100,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", default="1,1.5,2,3,5")
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--files", action="store_true",
+                    help="through Kineto JSON + nvidia-smi CSV (poll-stamped readings)")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     pooled = {"now": [0, 0], "before": [0, 0]}
     for seconds in (float(s) for s in a.seconds.split(",")):
-        now = rows(seconds, seeds)
+        now = rows(seconds, seeds, a.files)
         with rules_before():
-            before = rows(seconds, seeds)
+            before = rows(seconds, seeds, a.files)
         print(f"{seconds:g} s, {len(now)} runs")
         for tag, rs in (("before", before), ("now", now)):
             print(f"  {tag:<6} {summary(rs)}")
