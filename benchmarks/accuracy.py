@@ -110,8 +110,7 @@ def sim_row(scenario: str, gpu: str, seconds: float, seed: int,
     insep = [c for g in truth.inseparable for c in g]
     insep_ok = [c for c in insep
                 if c not in est or not est[c][2] or _covers(est[c][1], true.get(c, 0.0))]
-    lead_tail_j = truth.total_energy_j - truth.span_energy_j
-    true_idle_span = sum(truth.idle_energy_j.values()) - lead_tail_j
+    true_idle_span = truth.span_idle_energy_j()
     idle_err = abs(snap.totals.idle_energy_j - true_idle_span) / truth.span_energy_j
     cause_err, cause_times = idle_cause_err(snap, truth)
     parts = (sum(k.energy_j for k in snap.kernels) + sum(c.energy_j for c in snap.copies)

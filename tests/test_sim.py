@@ -505,6 +505,27 @@ def test_span_idle_time_is_the_gpu_spans_idle_by_cause(varied: SimResult) -> Non
     assert 0.0 < span["idle.host_stall"] < whole["idle.host_stall"]
 
 
+@pytest.mark.parametrize("gpu", ["a100", "rtx4090"])
+def test_span_idle_energy_is_active_idle_times_the_span_idle(gpu: str) -> None:
+    """``Truth.span_idle_energy_j``: active idle × the span's idle time.  The window's energy
+    outside the span less than that is its idle on a data-centre board, to rounding; on a
+    consumer board it is also the boost tail that runs on into the trailing idle (what the
+    accuracy benchmark used to take off the idle), i.e. the tail energy less the tail inside
+    the span."""
+    truth = simulate("varied_mix", gpu, 10.0, 3).truth
+    idle_s = sum(truth.span_idle_time_s().values())
+    assert truth.span_idle_energy_j() == pytest.approx(truth.active_idle_w * idle_s, rel=1e-12)
+    outside = sum(truth.idle_energy_j.values()) - (truth.total_energy_j - truth.span_energy_j)
+    span_s = (truth.span_end_ns - truth.span_start_ns) * 1e-9
+    tail_in_span = truth.span_energy_j - truth.active_idle_w * span_s - truth.dynamic_energy_j
+    tail_out = sum(truth.extras_j.values()) - tail_in_span
+    assert outside - truth.span_idle_energy_j() == pytest.approx(-tail_out, abs=1e-6)
+    if gpu == "rtx4090":
+        assert tail_out > 1.0  # joules of tail past the last item
+    else:
+        assert tail_out == pytest.approx(0.0, abs=1e-6)
+
+
 def test_misplaced_idle_share_is_half_the_l1_distance_over_the_span_idle(
         varied: SimResult) -> None:
     """``Truth.misplaced_idle_share``: 0 for the truth itself; moving x seconds from one cause

@@ -72,6 +72,13 @@ class Truth:
         out["idle.host_stall"] = out.get("idle.host_stall", 0.0) - outside_s
         return out
 
+    def span_idle_energy_j(self) -> float:
+        """True idle energy over the GPU span, as CONTRACT.md counts it: active idle × the
+        span's idle time (:meth:`span_idle_time_s`).  The window's energy outside the span is
+        not idle alone on a consumer board: its boost tail (``extras_j``) runs on into the
+        trailing idle, 5-21 J on 60 s runs, most of the tail on a run of 1-2 s."""
+        return self.active_idle_w * sum(self.span_idle_time_s().values())
+
     def misplaced_idle_share(self, got_s: Mapping[str, float]) -> float:
         """How much of the GPU span's idle time an engine put under another cause than the one
         the simulator made the gap with: half the L1 distance between ``got_s`` (cause →
