@@ -350,3 +350,47 @@ def test_null_and_string_values_fall_back_per_column(tmp_path: Path) -> None:
     assert int(t.kernels.correlation[0]) == 9
     assert int(t.apis.tid[0]) == 12 and int(t.apis.end_ns[0] - t.apis.start_ns[0]) == 500
     assert t.devices[0].index == 0 and t.devices[0].name == ""
+
+
+def _kernel(**args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0,
+            "dur": 1.5, "args": {"device": 0, "stream": 7, "correlation": 3, **args}}
+
+
+@pytest.mark.parametrize("other", [{}, {"stream": None}],
+                         ids=["fast path", "slow path (a null stream in another kernel)"])
+def test_an_id_beyond_2_53_reads_as_unknown_not_wrapped(tmp_path: Path,
+                                                        other: dict[str, Any]) -> None:
+    # found by fuzzing: device 2**64 was cast with a numpy warning (fast path) or raised
+    # OverflowError (slow path, an internal error); it is a malformed value, read as -1
+    doc = {"traceEvents": [_kernel(device=2**64, correlation=4), _kernel(**other),
+                           _kernel(correlation=5, grid=[2**60, 1, 1], bytes="9" * 30)]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy cast warning on the way
+        t = load_kineto(p)
+    dev = dict(zip(t.kernels.correlation.tolist(), t.kernels.device.tolist(), strict=True))
+    assert dev == {4: -1, 3: 0, 5: 0}
+    assert t.kernels.grid_x.tolist()[t.kernels.correlation.tolist().index(5)] == -1
+
+
+@pytest.mark.parametrize("base", [2**63, 1e300, 2**63 - 1000, -(2**64)])
+def test_a_base_time_out_of_range_names_the_field(tmp_path: Path, base: float) -> None:
+    # found by fuzzing: 2**63 and 1e300 raised OverflowError; 2**63 - 1000 wrapped the
+    # event times negative without a word
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [_kernel()], "baseTimeNanoseconds": base}))
+    with pytest.raises(InputError, match=r"t\.json: baseTimeNanoseconds out of range"):
+        load_kineto(p)
+
+
+def test_a_base_time_that_pushes_event_times_past_int64_names_the_field(
+        tmp_path: Path) -> None:
+    # each is in range alone; together they would wrap in int64 ns
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [{**_kernel(), "ts": 3e15}],
+                             "baseTimeNanoseconds": 7 * 10**18}))
+    with pytest.raises(InputError, match=r"t\.json: baseTimeNanoseconds 7000000000000000000 "
+                                         "puts event times past"):
+        load_kineto(p)

@@ -87,6 +87,9 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
     base_ns = _base_ns(base)
     if base_ns is None:
         raise InputError(path, f"baseTimeNanoseconds is not a count of ns: {str(base)[:40]!r}")
+    if abs(base_ns) > kc.EPOCH_MAX_NS:
+        raise InputError(path, f"baseTimeNanoseconds out of range: {str(base)[:40]} (more "
+                               f"than {kc.EPOCH_MAX_NS:.3g} ns from the epoch)")
     notes: list[str] = []
     strings = StringTable()
 
@@ -94,21 +97,26 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
         ev = groups[cats[0]] if len(cats) == 1 else [e for c in cats for e in groups[c]]
         return kc.tolerant(fn, ev, strings, base_ns, what=what, notes=notes)
 
-    kernels = run(kc.kernels, kc.KERNEL_CATS, "kernel")
-    copies = run(kc.copies, kc.COPY_CATS, "memcpy")
-    memsets = run(kc.memsets, kc.MEMSET_CATS, "memset")
-    apis = kc.tolerant(kc.apis, api_ev, strings, base_ns, what="runtime/driver", notes=notes)
-    if any(strings[int(i)].startswith("hip") for i in np.unique(apis.name_id)):
-        raise _amd(path)  # ROCm runtime calls (hipLaunchKernel, ...) under cuda_runtime
-    host_ev = groups["user_annotation"] + [e for c in kc.STEP_CATS
-                                           for e in kc.step_ops(groups[c])]
-    host = kc.tolerant(
-        functools.partial(kc.markers, kind=MarkerKind.USER_ANNOTATION, on_gpu=False),
-        host_ev, strings, base_ns, what="user_annotation", notes=notes)
-    gpu = kc.tolerant(
-        functools.partial(kc.markers, kind=MarkerKind.GPU_USER_ANNOTATION, on_gpu=True),
-        groups["gpu_user_annotation"], strings, base_ns, what="gpu_user_annotation",
-        notes=notes)
+    try:
+        kernels = run(kc.kernels, kc.KERNEL_CATS, "kernel")
+        copies = run(kc.copies, kc.COPY_CATS, "memcpy")
+        memsets = run(kc.memsets, kc.MEMSET_CATS, "memset")
+        apis = kc.tolerant(kc.apis, api_ev, strings, base_ns, what="runtime/driver",
+                           notes=notes)
+        if any(strings[int(i)].startswith("hip") for i in np.unique(apis.name_id)):
+            raise _amd(path)  # ROCm runtime calls (hipLaunchKernel, ...) under cuda_runtime
+        host_ev = groups["user_annotation"] + [e for c in kc.STEP_CATS
+                                               for e in kc.step_ops(groups[c])]
+        host = kc.tolerant(
+            functools.partial(kc.markers, kind=MarkerKind.USER_ANNOTATION, on_gpu=False),
+            host_ev, strings, base_ns, what="user_annotation", notes=notes)
+        gpu = kc.tolerant(
+            functools.partial(kc.markers, kind=MarkerKind.GPU_USER_ANNOTATION, on_gpu=True),
+            groups["gpu_user_annotation"], strings, base_ns, what="gpu_user_annotation",
+            notes=notes)
+    except kc.TimeRangeError:
+        raise InputError(path, f"baseTimeNanoseconds {base_ns} puts event times past "
+                               "the int64 ns range (beyond the year 2262)") from None
     markers = type(host).concat([host, gpu]).sorted_by()
 
     if not (len(kernels) or len(copies) or len(memsets)):

@@ -92,11 +92,25 @@ def dur_to_ns(dur_us: Sequence[float | int] | npt.NDArray[np.float64]) -> I64:
 
 
 def int_column(values: Sequence[Any]) -> I64:
-    """Integers from JSON values that may be ints, numeric strings or 'stream 7' strings."""
+    """Integers from JSON values that may be ints, numeric strings or 'stream 7' strings;
+    anything else, or a value beyond :data:`ID_MAX`, reads as unknown (-1)."""
     try:
-        return np.asarray(values, dtype=np.int64)
+        arr = np.asarray(values, dtype=np.int64)
+        if _in_range(arr):
+            return arr
     except (ValueError, TypeError, OverflowError):
-        return np.fromiter((_to_int(v) for v in values), dtype=np.int64, count=len(values))
+        pass
+    return np.fromiter((_to_int(v) for v in values), dtype=np.int64, count=len(values))
+
+
+ID_MAX = 2**53
+"""The bound on |value| of an id, size or dimension column: float64 (the extraction matrix)
+holds every integer below it exactly.  A value beyond it (a device of 2**64) is malformed and
+reads as unknown (-1), like a value that is no number, instead of wrapping in the int64 cast."""
+
+
+def _in_range(arr: npt.NDArray[Any]) -> bool:
+    return bool(((arr > -ID_MAX) & (arr < ID_MAX)).all())
 
 
 _DIGITS = re.compile(r"-?\d+")
@@ -105,13 +119,13 @@ _DIGITS = re.compile(r"-?\d+")
 def _to_int(v: Any) -> int:
     if isinstance(v, bool):
         return int(v)
-    if isinstance(v, int):
-        return v
     if isinstance(v, float):
-        return int(v) if math.isfinite(v) else UNKNOWN
-    if isinstance(v, str):
+        v = int(v) if math.isfinite(v) else UNKNOWN
+    elif isinstance(v, str):
         m = _DIGITS.search(v)
-        return int(m.group()) if m else UNKNOWN
+        v = int(m.group()) if m else UNKNOWN
+    if isinstance(v, int) and -ID_MAX < v < ID_MAX:
+        return v
     return UNKNOWN
 
 
@@ -119,7 +133,7 @@ def _dims(values: list[Any]) -> npt.NDArray[np.int64]:
     """[x, y, z] lists → (n, 3) int64; anything else → -1s."""
     try:
         arr = np.asarray(values, dtype=np.int64)
-        if arr.ndim == 2 and arr.shape[1] == 3:
+        if arr.ndim == 2 and arr.shape[1] == 3 and _in_range(arr):
             return arr
     except (ValueError, TypeError, OverflowError):
         pass
@@ -189,11 +203,12 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
     """One pass over the events: an (n, w) float64 matrix and the names.
 
     Columns: ts, dur, then ``top`` keys of the event, then ``arg_keys`` of ``args``, then the
-    three components of every ``dims`` key of ``args`` ([x, y, z]).  Every value is a JSON
-    number below 2**53 (times, ids, sizes), so float64 holds it exactly.  Each event dict is
+    three components of every ``dims`` key of ``args`` ([x, y, z]).  Every id, size and
+    dimension is a JSON number below :data:`ID_MAX`, so float64 holds it exactly.  Each event dict is
     touched once (the dicts are scattered in memory: one pass per column would be several
-    cache misses per event per column).  When a key is missing or a value is not a number the
-    slow per-column path fills the gap with -1 (a missing ``ts`` raises KeyError).
+    cache misses per event per column).  When a key is missing or a value is not a number (or
+    is beyond ``ID_MAX``) the slow per-column path fills the gap with -1 (a missing ``ts``
+    raises KeyError).
     """
     n = len(ev)
     width = 2 + len(top) + len(arg_keys) + 3 * len(dims)
@@ -227,6 +242,8 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
         if arr.size != n * width or np.isnan(arr).any():  # ragged, or a JSON null
             raise ValueError("ragged")
         m = arr.reshape(n, width)
+        if not _in_range(m[:, 2:]):  # an id past ID_MAX: the slow path reads it as -1
+            raise ValueError("out of range")
     except (KeyError, TypeError, ValueError, OverflowError, IndexError):
         m, names = _extract_slow(ev, top, arg_keys, dims), [e["name"] for e in ev]
     if not set(map(type, names)) <= {str}:  # a null or numeric name: the caller drops it
@@ -262,7 +279,25 @@ def _args_of(e: Event) -> dict[str, Any]:
     return a if isinstance(a, dict) else {}
 
 
+EPOCH_MAX_NS = 9 * 10**18
+"""The bound on |time| in ns since the epoch once ``baseTimeNanoseconds`` is added: int64 ns
+end at 9.22e18 (the year 2262).  Without a base time ts and dur stay below ``TIME_MAX_US``
+each, so only a base time can push an event past it."""
+
+
+class TimeRangeError(Exception):
+    """``baseTimeNanoseconds`` puts event times past :data:`EPOCH_MAX_NS` (they would wrap).
+
+    Not a ValueError: :func:`tolerant` must not drop the events as malformed, the base time
+    is what is wrong (the importer names it)."""
+
+
 def _times(m: npt.NDArray[np.float64], base_ns: int) -> tuple[I64, I64]:
+    if base_ns:
+        lim, b = EPOCH_MAX_NS / 1000.0, base_ns / 1000.0
+        first = m[:, 0] + b
+        if not ((np.abs(first) < lim) & (first + np.maximum(m[:, 1], 0.0) < lim)).all():
+            raise TimeRangeError(base_ns)
     start = us_to_ns(m[:, 0], base_ns)
     return start, start + dur_to_ns(m[:, 1])
 
