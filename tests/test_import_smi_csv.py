@@ -151,6 +151,35 @@ def test_rows_whose_gpu_index_is_no_small_integer_are_skipped(tmp_path: Path) ->
     assert t.power.power_mw.tolist() == [100000, 104000, 105000]
 
 
+def test_rows_with_a_value_no_board_reads_are_skipped(tmp_path: Path) -> None:
+    # found by fuzzing: a clock-event mask wider than 64 bits raised OverflowError (an
+    # internal error), and 1e30 W / inf W were cast into a wrapped int64 reading with a numpy
+    # warning; such rows are unparsable, like a bad value
+    p = _write(tmp_path, (
+        "timestamp, power.draw [W], clocks.current.sm [MHz], clocks_event_reasons.active\n"
+        "2024/01/10 12:00:00.000, 100.0, 1410, 0x0000000000000004\n"
+        "2024/01/10 12:00:00.010, 101.0, 1410, 0x" + "f" * 17 + "\n"
+        "2024/01/10 12:00:00.020, 102.0, 1410, -4\n"
+        "2024/01/10 12:00:00.030, 1e30, 1410, 0x0\n"
+        "2024/01/10 12:00:00.040, inf, 1410, 0x0\n"
+        "2024/01/10 12:00:00.050, 105.0, 1e30, 0x0\n"
+        "2024/01/10 12:00:00.060, 106.0, 1410, 0x0\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = load_smi_csv(p, tz="UTC")
+    assert t.meta["skipped_rows"] == 5
+    assert t.power.power_mw.tolist() == [100000, 106000]
+    assert t.clocks.clock_reasons.tolist() == [4, 0]
+
+
+def test_a_row_the_csv_module_cannot_split_is_one_input_error(tmp_path: Path) -> None:
+    # found by fuzzing: a field over csv's 128 KiB limit raised _csv.Error (an internal error)
+    p = _write(tmp_path, SAMPLE + "9" * 131073 + "\n")
+    with pytest.raises(InputError, match=r"log\.csv: not a readable CSV \(line 3: field "
+                                         "larger than field limit"):
+        load_smi_csv(p)
+
+
 def test_unusable_files_are_input_errors(tmp_path: Path) -> None:
     no_power = _write(tmp_path, "timestamp, temperature.gpu\n2024/01/10 12:00:00.000, 40\n",
                       "a.csv")

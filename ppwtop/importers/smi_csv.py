@@ -20,6 +20,7 @@ import time
 import zoneinfo
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +59,10 @@ _ALIASES = {
 MAX_GPU_INDEX = 1023
 """The largest GPU index a row may carry; a row beyond it (or a fractional or negative index)
 is counted as unparsable, not wrapped into the int16 device column."""
+MAX_VALUE = 1e9
+"""The largest |value| a power, clock or temperature cell may hold (W, MHz, °C; mW in a zeus
+log): far beyond any board, and well inside int64 once scaled to mW.  A row with a cell beyond
+it (1e30 W, inf) is counted as unparsable, not cast into a wrapped int64 reading."""
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _OFFSET = re.compile(r"^(?:utc|gmt)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
@@ -70,7 +75,10 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     except UnicodeDecodeError:
         raise InputError(p, "not a text CSV file (invalid UTF-8)") from None
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
-    header_raw = next(reader, None)
+    try:
+        header_raw = next(reader, None)
+    except csv.Error as e:
+        raise _csv_error(p, reader, e) from None
     if not header_raw:
         raise InputError(p, "empty CSV file")
     header = [_canon(h) for h in header_raw]
@@ -85,7 +93,10 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
         raise InputError(p, "no power column (power.draw, power.draw.instant or "
                             "power.draw.average) in the CSV header")
     ncols = len(header)
-    rows = [r for r in reader if r]
+    try:
+        rows = [r for r in reader if r]
+    except csv.Error as e:
+        raise _csv_error(p, reader, e) from None
     good = [r for r in rows if len(r) == ncols]
     skipped = len(rows) - len(good)
     cols = list(zip(*good, strict=True)) if good else [() for _ in range(ncols)]
@@ -104,7 +115,8 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     for c in numeric:
         v, v_ok = _parse_numbers(column(c))
         values[c] = v
-        ok &= v_ok
+        with np.errstate(invalid="ignore"):
+            ok &= v_ok & ~(np.abs(v) > MAX_VALUE)  # NaN (a missing cell) stays ok
     reasons: npt.NDArray[np.uint64] | None = None
     if "clocks_event_reasons.active" in col:
         reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
@@ -162,6 +174,11 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _csv_error(p: Path, reader: Any, e: csv.Error) -> InputError:
+    """A row the csv module cannot split (a field over its size limit)."""
+    return InputError(p, f"not a readable CSV (line {reader.line_num}: {e})")
 
 
 def _canon(h: str) -> str:
@@ -223,7 +240,7 @@ def _parse_hex(items: list[str]) -> tuple[npt.NDArray[np.uint64], B]:
             continue
         try:
             out[i] = int(s, 16) if s.lower().startswith("0x") else int(s)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or not a 64-bit mask
             ok[i] = False
     return out, ok
 
