@@ -349,8 +349,17 @@ CLAMP_REASONS: Mapping[int, str] = {
 # --------------------------------------------------------------------------------------------
 
 
+UNKNOWN_NAME = "<unknown name>"
+"""What :meth:`Trace.name` answers for an id not in the table (-1: a record whose name a
+damaged recording lost), so such a record is never read as another record's name."""
+
+
 class StringTable:
-    """Interned names.  ``intern`` is O(1); ids are dense and stable for the table's life."""
+    """Interned names.  ``intern`` is O(1); ids are dense and stable for the table's life.
+
+    Indexing takes ids ``0 <= i < len``: a negative id is an IndexError, not the name counted
+    from the end (which would label a record with another record's name).
+    """
 
     __slots__ = ("_ids", "_names")
 
@@ -375,6 +384,8 @@ class StringTable:
         return self._ids.get(name)
 
     def __getitem__(self, i: int) -> str:
+        if i < 0:
+            raise IndexError(f"name id {i} is not in the string table")
         return self._names[i]
 
     def __len__(self) -> int:
@@ -435,7 +446,10 @@ class Trace:
         return int(min(starts)), int(max(ends))
 
     def name(self, name_id: int) -> str:
-        return self.strings[name_id]
+        """The name of ``name_id``; :data:`UNKNOWN_NAME` for an id not in the table."""
+        if 0 <= name_id < len(self.strings):
+            return self.strings[name_id]
+        return UNKNOWN_NAME
 
     def merged_with(self, other: Trace) -> Trace:
         """A new trace holding both traces' records, names re-interned into one table."""

@@ -67,7 +67,8 @@ def _summarize(piece: Trace) -> _Summary:
         z = np.empty(0, np.int64)
         return _Summary(union, z, np.empty(0), np.empty((0, HIST_BINS), np.int64), z,
                         np.zeros(1, np.int64))
-    key = k.device.astype(np.int64) * (1 << 32) + k.name_id.astype(np.int64)
+    # name_id as its low 32 bits: a -1 (a name lost) must not borrow from the device
+    key = k.device.astype(np.int64) * (1 << 32) + (k.name_id.astype(np.int64) & 0xFFFFFFFF)
     uk, inv = _unique_keys(key)
     dur = (k.end_ns - k.start_ns).astype(np.float64)
     tot = np.asarray(np.bincount(inv, weights=dur, minlength=len(uk)), np.float64)

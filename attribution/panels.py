@@ -137,7 +137,8 @@ def class_series(trace: Trace | Sequence[Trace], start_ns: int, end_ns: int
     if not len(k["start_ns"]):
         return {}
     dur = (k["end_ns"] - k["start_ns"]).astype(np.float64)
-    key = k["device"].astype(np.int64) * (1 << 32) + k["name_id"].astype(np.int64)
+    # name_id as its low 32 bits: a -1 (a name lost) must not borrow from the device
+    key = k["device"].astype(np.int64) * (1 << 32) + (k["name_id"].astype(np.int64) & 0xFFFFFFFF)
     uk, inv = _unique_keys(key)
     tot = np.bincount(inv, weights=dur, minlength=len(uk))
     keep = np.argsort(-tot, kind="stable")[:MAX_CLASSES]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attribution.model import KernelBatch, PowerBatch, StringTable, Trace
+from attribution.model import UNKNOWN_NAME, KernelBatch, PowerBatch, StringTable, Trace
 
 
 def test_from_columns_fills_unknowns_and_casts() -> None:
@@ -55,3 +55,11 @@ def test_empty_batches_are_shared_per_class_and_typed() -> None:
     grown = KernelBatch.concat([a.kernels, KernelBatch.from_columns({"start_ns": [1],
                                                                      "end_ns": [2]})])
     assert len(grown) == 1 and len(KernelBatch.empty()) == 0
+
+
+def test_a_name_id_outside_the_table_is_never_another_name() -> None:
+    # found by fuzzing: a damaged recording's -1 ids read as the table's last name
+    t = Trace(strings=StringTable(["a", "b"]))
+    assert [t.name(i) for i in (0, 1, 2, -1, 2**32 - 1)] == ["a", "b"] + [UNKNOWN_NAME] * 3
+    with pytest.raises(IndexError):
+        t.strings[-1]

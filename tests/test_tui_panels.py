@@ -363,3 +363,18 @@ async def test_the_copies_and_idle_table_fits_its_width(size: tuple[int, int],
         assert (dropped is None and len(keys) == 7) or (dropped not in keys and len(keys) == 6)
         assert o.virtual_size.width <= o.scrollable_content_region.width
         assert o.row_count == 3
+
+
+def test_a_kernel_whose_name_was_lost_keeps_its_gpu_in_the_classes() -> None:
+    # a damaged recording reads lost names as -1: the "<gpu>:<name>" key borrowed 1 from the
+    # GPU ("0:" became "-1:") and the name lookup failed
+    from attribution.model import UNKNOWN_NAME
+    from attribution.panel_cache import PanelCache
+
+    t = tiny_trace()
+    cols = t.kernels.columns()
+    cols["name_id"] = np.array([0, 0, -1, -1, -1], dtype=np.int32)
+    t = dataclasses.replace(t, kernels=KernelBatch(**cols))
+    classes = panel_data(t, T0, T0 + 200_000_000)["classes"]
+    assert set(classes) == {"0:a", f"0:{UNKNOWN_NAME}"}
+    assert PanelCache().panel_data([t], T0, T0 + 200_000_000)["classes"] == classes
