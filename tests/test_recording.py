@@ -7,16 +7,26 @@ import errno
 import os
 import struct
 import tracemalloc
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attribution.columns import Columns
-from attribution.model import DeviceInfo, KernelBatch, PowerBatch, StringTable, Trace
+from attribution.model import (
+    UNKNOWN_NAME,
+    DeviceInfo,
+    KernelBatch,
+    PowerBatch,
+    StringTable,
+    Trace,
+)
 from ppwtop.errors import InputError, PpwtopError
 from ppwtop.importers import load_trace, sniff
 from ppwtop.recording import (
@@ -400,6 +410,78 @@ def test_names_missing_from_the_table_read_as_unknown(tmp_path: Path) -> None:
     t = read_recording(p)
     assert t.kernels.name_id.tolist() == [0, -1]
     assert "not in the table" in t.meta["notes"][0]
+
+
+def test_names_outside_the_table_never_read_as_another_name(tmp_path: Path) -> None:
+    # found by fuzzing: with the strings chunks gone the remapped -1 ids raised IndexError;
+    # on a non-empty table strings[-1] would have named them after the last name
+    p = tmp_path / "n.ppw"
+    with RecordingWriter(p, {}, []) as w:
+        w.write_strings(["first", "last"])
+        w.write_batch("kernels", KernelBatch.from_columns({"start_ns": [1, 2, 3],
+                                                           "name_id": [0, 9, -7]}))
+    t = read_recording(p)
+    assert t.kernels.name_id.tolist() == [0, -1, -1]
+    assert "not in the table" in t.meta["notes"][0]
+    assert [t.name(int(i)) for i in t.kernels.name_id] == ["first", UNKNOWN_NAME, UNKNOWN_NAME]
+
+
+def _with_header(p: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite the recording's file header (with a valid crc) through ``change``."""
+    raw = p.read_bytes()
+    header_len = fmt.FILE_PREFIX.unpack_from(raw)[3]
+    body_end = fmt.FILE_PREFIX.size + header_len
+    header = orjson.loads(raw[fmt.FILE_PREFIX.size:body_end])
+    change(header)
+    p.write_bytes(fmt.encode_file_header(header) + raw[body_end + fmt.pad_len(body_end):])
+
+
+@pytest.mark.parametrize("devices", [True, 5, "GPU 0", {"index": 0}])
+def test_a_header_devices_field_that_is_no_list_is_an_input_error(tmp_path: Path,
+                                                                  devices: Any) -> None:
+    # found by fuzzing: "devices": true raised TypeError (an internal error)
+    p = tmp_path / "d.ppw"
+    write_recording(p, Trace(kernels=KernelBatch.from_columns({"start_ns": [1]}),
+                             devices=DEVICES))
+    _with_header(p, lambda h: h.update(devices=devices))
+    with pytest.raises(InputError, match=r"d\.ppw: corrupt recording header \(devices is a "):
+        read_recording(p)
+
+
+@pytest.mark.parametrize("bad", [{"name": 5}, {"index": "0"}, {"index": True},
+                                 {"sm_count": 1.5}, {"uuid": None}])
+def test_a_header_device_field_of_the_wrong_type_skips_that_device(
+        tmp_path: Path, bad: dict[str, Any]) -> None:
+    # found by fuzzing: a device name 5 reached the preset lookup (TypeError there)
+    p = tmp_path / "d.ppw"
+    write_recording(p, Trace(kernels=KernelBatch.from_columns({"start_ns": [1]}),
+                             devices=DEVICES))
+    _with_header(p, lambda h: h["devices"][0].update(bad))
+    t = read_recording(p)
+    assert t.devices == DEVICES[1:]
+    assert any("skipped an unreadable device entry" in n for n in t.meta["notes"])
+
+
+@pytest.mark.parametrize("entry", [["start_ns"], ["start_ns", "<i8"], ["start_ns", "<i8", 8, 0],
+                                   "start_ns", 7])
+def test_a_batch_directory_entry_of_the_wrong_shape_stops_reading_there(
+        tmp_path: Path, entry: Any) -> None:
+    # found by fuzzing: an entry of 0 or 2 elements raised IndexError past the chunk loop's
+    # handler (an internal error); it is a malformed chunk like any other
+    directory = orjson.dumps({"batch": "kernels", "rows": 0, "columns": [entry]})
+    payload = struct.pack("<I", len(directory)) + directory
+    payload += b"\0" * fmt.pad_len(len(payload))
+    with pytest.raises(ValueError, match="bad batch directory entry"):
+        fmt.decode_batch(memoryview(payload))
+    p = tmp_path / "b.ppw"
+    with RecordingWriter(p, {}, []) as w:
+        w.write_batch("kernels", KernelBatch.from_columns({"start_ns": [1]}))
+        w._write_parts([fmt.chunk_prefix(fmt.CHUNK_BATCH, len(payload), zlib.crc32(payload)),
+                        payload])
+        w.write_batch("kernels", KernelBatch.from_columns({"start_ns": [2]}))
+    t = read_recording(p)
+    assert t.kernels.start_ns.tolist() == [1]
+    assert any("malformed chunk (bad batch directory entry" in n for n in t.meta["notes"])
 
 
 def test_writer_rejects_wrong_batches(tmp_path: Path) -> None:

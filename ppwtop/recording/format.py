@@ -147,8 +147,13 @@ def decode_batch(payload: memoryview) -> tuple[str, int, dict[str, npt.NDArray[A
         raise ValueError(f"bad batch directory: {e}") from None
     if rows < 0:
         raise ValueError("negative row count")
+    if not isinstance(entries, list):
+        raise ValueError("bad batch directory: columns is not a list")
     cols: dict[str, npt.NDArray[Any]] = {}
     for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ValueError(f"bad batch directory entry {str(entry)[:60]} (expected "
+                             "[name, dtype, offset])")
         name, dtype_str, off = str(entry[0]), str(entry[1]), int(entry[2])
         dtype = np.dtype(dtype_str)
         if dtype.kind not in "biuf" or dtype.hasobject:

@@ -25,7 +25,20 @@ from ppwtop.errors import InputError
 from ppwtop.fileio import reading
 from ppwtop.recording import format as fmt
 
-_DEVICE_FIELDS = frozenset(f.name for f in dataclasses.fields(DeviceInfo))
+_DEVICE_FIELDS: dict[str, type] = {
+    f.name: int if f.type == "int" else str for f in dataclasses.fields(DeviceInfo)}
+"""Each DeviceInfo field's JSON type (every field is an int or a str)."""
+
+
+def _device(d: Any) -> DeviceInfo | None:
+    """A header device entry as a DeviceInfo; None when it is no object or a field has the
+    wrong type (a name that is a number would reach the preset lookup as one)."""
+    if not isinstance(d, dict) or not isinstance(d.get("index"), int):
+        return None
+    kw = {k: v for k, v in d.items() if k in _DEVICE_FIELDS}
+    if any(type(v) is not _DEVICE_FIELDS[k] for k, v in kw.items()):
+        return None
+    return DeviceInfo(**kw)
 
 
 class RecordingReader:
@@ -92,12 +105,16 @@ class RecordingReader:
         self.header_complete = True
         meta = header.get("meta")
         self.meta = dict(meta) if isinstance(meta, dict) else {}
-        for d in header.get("devices") or []:
-            try:
-                self.devices.append(DeviceInfo(**{k: v for k, v in d.items()
-                                                   if k in _DEVICE_FIELDS}))
-            except (TypeError, AttributeError):
-                self.notes.append(f"recording: skipped an unreadable device entry {d!r}")
+        devices = header.get("devices") or []
+        if not isinstance(devices, list):
+            raise InputError(p, f"corrupt recording header (devices is a "
+                                f"{type(devices).__name__}, not a list)")
+        for d in devices:
+            dev = _device(d)
+            if dev is None:
+                self.notes.append(f"recording: skipped an unreadable device entry {d!r:.80}")
+            else:
+                self.devices.append(dev)
         self._data_start = body_end + fmt.pad_len(body_end)
 
     def _truncated_header(self) -> None:
@@ -179,11 +196,11 @@ class RecordingReader:
         batch = cls.from_columns(cols, n=rows)
         if "name_id" in cls.DTYPES and rows:
             ids = batch.columns()["name_id"]
-            if int(ids.max()) >= len(self.strings):
+            if int(ids.max()) >= len(self.strings) or int(ids.min()) < -1:
                 self.notes.append(f"recording: chunk at byte {pos} names strings not in the "
                                   "table; they read as unknown (-1)")
                 fixed = batch.columns()
-                fixed["name_id"] = np.where(ids < len(self.strings), ids, -1)
+                fixed["name_id"] = np.where((ids >= 0) & (ids < len(self.strings)), ids, -1)
                 batch = cls(**fixed)
         return kind, batch
 
