@@ -177,6 +177,31 @@ def test_minimal_export_with_missing_tables(tmp_path: Path) -> None:
     assert len(t.copies) == 0 and t.devices == []
 
 
+@pytest.mark.parametrize(("sql", "where"), [
+    ("UPDATE NVTX_EVENTS SET end = 'x'", r"NVTX_EVENTS\.end: not a 64-bit integer: 'x'"),
+    ("UPDATE NVTX_EVENTS SET textId = 'x', text = NULL", r"NVTX_EVENTS\.textId: not an integer"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET deviceId = 'x'",
+     r"CUPTI_ACTIVITY_KIND_MEMCPY\.deviceId: not a 64-bit integer: 'x'"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 99999999999999999999999",
+     r"CUPTI_ACTIVITY_KIND_KERNEL\.start: not a 64-bit integer: 1e\+23"),
+    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'x'",
+     r"TARGET_INFO_SESSION_START_TIME\.utcEpochNs: not an integer: 'x'"),
+    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 9223372036854775000",
+     r"CUPTI_ACTIVITY_KIND_KERNEL\.start: times past the int64 ns range"),
+])
+def test_a_cell_that_is_no_integer_names_table_and_column(tmp_path: Path, sql: str,
+                                                          where: str) -> None:
+    # found by fuzzing: int('x') raised ValueError (an internal error) in three places
+    p = tmp_path / "n.sqlite"
+    p.write_bytes(SAXPY.read_bytes())
+    con = sqlite3.connect(p)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match=r"n\.sqlite: " + where):
+        load_nsys(p)
+
+
 @pytest.mark.parametrize(("name", "kind"), [
     ("cudaLaunchKernel_v7000", ApiKind.LAUNCH), ("cuLaunchKernel", ApiKind.LAUNCH),
     ("cudaDeviceSynchronize_v3020", ApiKind.SYNC), ("cudaStreamWaitEvent", ApiKind.SYNC),

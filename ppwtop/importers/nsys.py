@@ -6,7 +6,9 @@ columnar data model.  Columns are pulled with plain SQL straight into numpy arra
 per-row objects are kept.
 
 Times in the export are ns since the session start; ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``
-is added to get ns since the Unix epoch.  Names come from ``StringIds``.
+is added to get ns since the Unix epoch.  Names come from ``StringIds``.  A cell that is not the
+integer the schema promises (text in ``end``, a start time past int64 ns) is an InputError
+naming the table and column.
 """
 
 from __future__ import annotations
@@ -105,11 +107,38 @@ def load_nsys(path: str | Path) -> Trace:
         return _load(con, p)
     except sqlite3.DatabaseError as e:
         raise InputError(p, f"corrupt or unreadable SQLite file: {e}") from None
+    except _BadValue as e:
+        raise InputError(p, str(e)) from None
     finally:
         con.close()
 
 
 # --------------------------------------------------------------------------------------------
+
+
+class _BadValue(Exception):
+    """A cell that is not the integer the schema promises; the message names TABLE.column."""
+
+
+def _int(v: Any, where: str) -> int:
+    """One integer cell (``where``: TABLE.column)."""
+    try:
+        return int(v)
+    except (ValueError, TypeError, OverflowError):  # 'x', a blob, inf
+        raise _BadValue(f"{where}: not an integer: {v!r:.40}") from None
+
+
+def _int_col(values: Any, where: str) -> np.ndarray[Any, Any]:
+    """A column of integer cells as int64 (``where``: TABLE.column)."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        for v in values:
+            try:
+                np.int64(v)
+            except (ValueError, TypeError, OverflowError):
+                raise _BadValue(f"{where}: not a 64-bit integer: {v!r:.40}") from None
+        raise _BadValue(f"{where}: not a column of integers") from None
 
 
 class _Db:
@@ -128,14 +157,17 @@ class _Db:
     def has(self, table: str) -> bool:
         return table in self.tables
 
-    def columns(self, sql: str, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
+    def columns(self, table: str, sql: str, names: list[str]) -> dict[str, np.ndarray[Any, Any]]:
         """Run ``sql`` and return one int64 array per selected column (NULL → -1)."""
         rows = self.con.execute(sql).fetchall()
         if not rows:
             return {n: np.empty(0, dtype=np.int64) for n in names}
         arr = np.array(rows, dtype=object)
         arr[arr == None] = -1  # noqa: E711  (elementwise NULL test on an object array)
-        out = np.asarray(arr, dtype=np.int64)
+        try:
+            out = np.asarray(arr, dtype=np.int64)
+        except (ValueError, TypeError, OverflowError):
+            return {n: _int_col(arr[:, i], f"{table}.{n}") for i, n in enumerate(names)}
         return {n: out[:, i] for i, n in enumerate(names)}
 
 
@@ -149,11 +181,14 @@ def _load(con: sqlite3.Connection, p: Path) -> Trace:
     if db.has("TARGET_INFO_SESSION_START_TIME"):
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0] is not None:
-            base_ns = int(row[0])
+            base_ns = _int(row[0], "TARGET_INFO_SESSION_START_TIME.utcEpochNs")
+            if not 0 <= base_ns < 2**63:
+                raise _BadValue(f"TARGET_INFO_SESSION_START_TIME.utcEpochNs out of range: "
+                                f"{base_ns}")
 
     # nsys string ids → our table, built lazily only for ids that are referenced.
     sid_rows = con.execute("SELECT id, value FROM StringIds").fetchall()
-    nsys_strings = {int(i): str(v) for i, v in sid_rows}
+    nsys_strings = {_int(i, "StringIds.id"): str(v) for i, v in sid_rows}
     strings = StringTable()
     cache: dict[int, int] = {}
 
@@ -190,9 +225,18 @@ def _load(con: sqlite3.Connection, p: Path) -> Trace:
     return trace
 
 
-def _t(c: dict[str, np.ndarray[Any, Any]], base_ns: int) -> dict[str, np.ndarray[Any, Any]]:
-    c["start_ns"] = c.pop("start") + np.int64(base_ns)
-    c["end_ns"] = c.pop("end") + np.int64(base_ns)
+def _epoch(t: np.ndarray[Any, Any], base_ns: int, where: str) -> np.ndarray[Any, Any]:
+    """Session-relative ns → epoch ns; a time that would wrap int64 is a _BadValue."""
+    if len(t) and not (-(2**63) <= int(t.min()) + base_ns and int(t.max()) + base_ns < 2**63):
+        raise _BadValue(f"{where}: times past the int64 ns range once "
+                        f"TARGET_INFO_SESSION_START_TIME.utcEpochNs ({base_ns}) is added")
+    return t + np.int64(base_ns)
+
+
+def _t(c: dict[str, np.ndarray[Any, Any]], base_ns: int,
+       table: str) -> dict[str, np.ndarray[Any, Any]]:
+    c["start_ns"] = _epoch(c.pop("start"), base_ns, f"{table}.start")
+    c["end_ns"] = _epoch(c.pop("end"), base_ns, f"{table}.end")
     return c
 
 
@@ -203,8 +247,8 @@ def _kernels(db: _Db, base_ns: int, intern_ids: Any) -> KernelBatch:
             "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
             "staticSharedMemory", "dynamicSharedMemory"]
     sel = [w if w in cols else "NULL" for w in want]
-    c = db.columns(f"SELECT {', '.join(sel)} FROM {KERNEL} ORDER BY start", want)
-    c = _t(c, base_ns)
+    c = db.columns(KERNEL, f"SELECT {', '.join(sel)} FROM {KERNEL} ORDER BY start", want)
+    c = _t(c, base_ns, KERNEL)
     shared = c.pop("staticSharedMemory").clip(0) + c.pop("dynamicSharedMemory").clip(0)
     return KernelBatch.from_columns({
         "start_ns": c["start_ns"], "end_ns": c["end_ns"], "device": c["deviceId"],
@@ -224,7 +268,7 @@ def _mem_map(db: _Db) -> np.ndarray[Any, Any]:
         for code, name in db.con.execute("SELECT id, name FROM ENUM_CUDA_MEM_KIND"):
             suffix = str(name or "").replace("CUDA_MEMOPR_MEMORY_KIND_", "")
             if suffix in _MEM_BY_SUFFIX:
-                mapping[int(code)] = _MEM_BY_SUFFIX[suffix]
+                mapping[_int(code, "ENUM_CUDA_MEM_KIND.id")] = _MEM_BY_SUFFIX[suffix]
     for code, kind in mapping.items():
         if 0 <= code < 256:
             table[code] = kind
@@ -241,7 +285,8 @@ def _copies(db: _Db, base_ns: int, mem: np.ndarray[Any, Any]) -> CopyBatch:
     want = ["start", "end", "deviceId", "streamId", "correlationId", "copyKind",
             "srcKind", "dstKind", "bytes"]
     sel = [w if w in cols else "NULL" for w in want]
-    c = _t(db.columns(f"SELECT {', '.join(sel)} FROM {MEMCPY} ORDER BY start", want), base_ns)
+    c = _t(db.columns(MEMCPY, f"SELECT {', '.join(sel)} FROM {MEMCPY} ORDER BY start", want),
+           base_ns, MEMCPY)
     copy_table = np.append(_COPY_KIND, np.uint8(CopyKind.OTHER))
     return CopyBatch.from_columns({
         "start_ns": c["start_ns"], "end_ns": c["end_ns"], "device": c["deviceId"],
@@ -256,7 +301,8 @@ def _memsets(db: _Db, base_ns: int, mem: np.ndarray[Any, Any]) -> MemsetBatch:
     cols = db.cols(MEMSET)
     want = ["start", "end", "deviceId", "streamId", "correlationId", "memKind", "bytes"]
     sel = [w if w in cols else "NULL" for w in want]
-    c = _t(db.columns(f"SELECT {', '.join(sel)} FROM {MEMSET} ORDER BY start", want), base_ns)
+    c = _t(db.columns(MEMSET, f"SELECT {', '.join(sel)} FROM {MEMSET} ORDER BY start", want),
+           base_ns, MEMSET)
     return MemsetBatch.from_columns({
         "start_ns": c["start_ns"], "end_ns": c["end_ns"], "device": c["deviceId"],
         "stream": c["streamId"], "correlation": c["correlationId"],
@@ -285,8 +331,8 @@ def _apis(db: _Db, base_ns: int, intern_ids: Any,
         row = db.con.execute(
             f"SELECT COUNT(*) FROM {RUNTIME} WHERE eventClass IN ({codes})").fetchone()
         dropped = int(row[0]) if row else 0
-    c = _t(db.columns(f"SELECT {', '.join(sel)} FROM {RUNTIME}{where} ORDER BY start", want),
-           base_ns)
+    c = _t(db.columns(RUNTIME, f"SELECT {', '.join(sel)} FROM {RUNTIME}{where} ORDER BY start",
+                      want), base_ns, RUNTIME)
     raw_ids = c["nameId"]
     nsys_ids = intern_ids(raw_ids) if len(raw_ids) else raw_ids.astype(np.int32)
     # Kineto spells runtime calls without nsys's "_v7000" suffix: re-intern stripped names.
@@ -320,16 +366,17 @@ def _nvtx(db: _Db, base_ns: int, nsys_strings: dict[int, str],
     if not rows:
         return MarkerBatch.empty()
     n = len(rows)
-    start = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
-    end = np.fromiter((r[1] for r in rows), dtype=np.int64, count=n)
-    g = np.fromiter((-1 if r[2] is None else r[2] for r in rows), dtype=np.int64, count=n)
+    start = _int_col([r[0] for r in rows], f"{NVTX}.start")
+    end = _int_col([r[1] for r in rows], f"{NVTX}.end")
+    g = _int_col([-1 if r[2] is None else r[2] for r in rows], f"{NVTX}.globalTid")
     names = np.fromiter(
         (strings.intern(r[3] if r[3] is not None else nsys_strings.get(
-            -1 if r[4] is None else int(r[4]), "")) for r in rows),
+            -1 if r[4] is None else _int(r[4], f"{NVTX}.textId"), "")) for r in rows),
         dtype=np.int32, count=n)
     _, tid = _split_tid(g)
     return MarkerBatch.from_columns({
-        "start_ns": start + np.int64(base_ns), "end_ns": end + np.int64(base_ns),
+        "start_ns": _epoch(start, base_ns, f"{NVTX}.start"),
+        "end_ns": _epoch(end, base_ns, f"{NVTX}.end"),
         "device": np.full(n, -1), "tid": tid, "name_id": names,
         "kind": np.full(n, MarkerKind.NVTX),
     })
@@ -345,12 +392,14 @@ def _devices(db: _Db) -> list[DeviceInfo]:
         sel = [w if w in cols else "NULL" for w in want]
         out: dict[int, DeviceInfo] = {}
         for r in db.con.execute(f"SELECT {', '.join(sel)} FROM {table}"):
-            idx = int(r[0]) if r[0] is not None else len(out)
+            idx = _int(r[0], f"{table}.id") if r[0] is not None else len(out)
             cc = f"{r[5]}.{r[6]}" if r[5] is not None and r[6] is not None else ""
             out[idx] = DeviceInfo(
                 index=idx, name=str(r[1] or ""), uuid=str(r[2] or ""),
-                total_memory_bytes=int(r[3]) if r[3] is not None else -1,
-                sm_count=int(r[4]) if r[4] is not None else -1, compute_capability=cc)
+                total_memory_bytes=_int(r[3], f"{table}.totalMemory") if r[3] is not None
+                else -1,
+                sm_count=_int(r[4], f"{table}.smCount") if r[4] is not None else -1,
+                compute_capability=cc)
         if out:
             return [out[k] for k in sorted(out)]
     return []
