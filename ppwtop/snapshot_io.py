@@ -25,9 +25,28 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
+def _utf8(obj: Any) -> Any:
+    """``obj`` with every string made valid UTF-8: a path argument whose bytes are not UTF-8
+    holds lone surrogates, written as the bytes' escapes (``t\\xff.json``)."""
+    if isinstance(obj, str):
+        try:
+            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {_utf8(k): _utf8(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_utf8(v) for v in obj]
+    return obj
+
+
 def dumps(snapshot: Snapshot) -> bytes:
-    return orjson.dumps(snapshot.to_dict(), option=orjson.OPT_INDENT_2 |
-                        orjson.OPT_SERIALIZE_NUMPY, default=_default)
+    d = snapshot.to_dict()
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    try:
+        return orjson.dumps(d, option=opts, default=_default)
+    except orjson.JSONEncodeError:  # a string that is not UTF-8 (see _utf8); else re-raised
+        return orjson.dumps(_utf8(d), option=opts, default=_default)
 
 
 def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:

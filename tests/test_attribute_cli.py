@@ -97,6 +97,30 @@ def test_bad_inputs_exit_2_with_one_line(which: str, sim_dir: Path, tmp_path: Pa
             "bad_gpu": "tpu9000"}[which] in line
 
 
+@pytest.mark.parametrize("option", ["--step-range", "--power-tz"])
+def test_an_option_text_that_is_not_utf8_is_a_one_line_error(
+        option: str, sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # found by fuzzing: --step-range $'\xff' (argv bytes that are not UTF-8 arrive as a lone
+    # surrogate) reached the snapshot writer: "internal error: TypeError"
+    out = tmp_path / "s.json"
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), option, "\udcff",
+                 "-o", str(out)]) == 2
+    line = _one_error_line(capsys)
+    assert option in line and "not valid UTF-8" in line and "internal error" not in line
+    assert not out.exists()
+
+
+def test_a_trace_path_that_is_not_utf8_is_written_escaped(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a file name is bytes: b"t\xff.json.gz" is a good name; the snapshot records it escaped
+    trace = tmp_path / "t\udcff.json.gz"
+    trace.write_bytes((sim_dir / "trace.json.gz").read_bytes())
+    out = tmp_path / "s.json"
+    assert main(["attribute", "--trace", str(trace), "--power", str(sim_dir / "power.csv"),
+                 "--power-tz", "UTC", "-o", str(out)]) == 0
+    assert read_snapshot(out).meta["trace"] == str(tmp_path / "t\\xff.json.gz")
+
+
 def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
     from ppwtop.errors import InputError
 

@@ -271,3 +271,16 @@ def test_closure_is_not_called_perfect_when_nothing_was_measured(tmp_path: Path)
             text = out.read_text()
             assert said in text
             assert ("vs measured energy" in text) == (snap is measured)
+
+
+def test_a_title_that_is_not_utf8_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # found by fuzzing: --title $'\xff' (a lone surrogate in argv) failed in the writer with
+    # "internal error: UnicodeEncodeError", after the checks
+    snap = write(tmp_path / "s.json", make_snapshot())
+    out = tmp_path / "r.md"
+    assert main(["report", str(snap), "-o", str(out), "--title", "\udcff"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppwtop: error:") and err.count("\n") == 1
+    assert "--title: not valid UTF-8" in err and "internal error" not in err
+    assert not out.exists()

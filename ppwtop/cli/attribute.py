@@ -15,7 +15,7 @@ import numpy as np
 from attribution.engine import attribute
 from attribution.engine.build import trace_window
 from attribution.model import POLL_TIME_KEY, Trace
-from ppwtop.cli.common import parser, positive_float
+from ppwtop.cli.common import parser, positive_float, utf8_text
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
 from ppwtop.importers import import_notes, load_power, load_trace
@@ -102,11 +102,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--power", metavar="FILE",
                    help="nvidia-smi CSV or ppwtop recording (optional if the trace has power)")
     p.add_argument("--gpu", metavar="MODEL", help="sensor/power preset (a100, h100, ...)")
-    p.add_argument("--power-tz", metavar="TZ", help="time zone of naive CSV timestamps")
+    p.add_argument("--power-tz", metavar="TZ", type=utf8_text,
+                   help="time zone of naive CSV timestamps")
     p.add_argument("--owners", metavar="FILE",
                    help="owners file (TOML: name/NVTX-range patterns -> owner) for the ranking")
     p.add_argument("--sla-ms", type=positive_float, metavar="X", help="step latency SLA")
-    p.add_argument("--step-range", metavar="NAME",
+    p.add_argument("--step-range", metavar="NAME", type=utf8_text,
                    help="steps are the NVTX / user-annotation ranges of this name (glob ok) "
                         "instead of mark_step / ProfilerStep#N")
     p.add_argument("-o", "--output", required=True, metavar="SNAPSHOT.json")

@@ -42,6 +42,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def utf8_text(text: str) -> str:
+    """A text argument written into an output file (a title, a range name, a zone): valid
+    UTF-8.  Argument bytes that are not arrive as lone surrogates, which no UTF-8 file holds."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"not valid UTF-8: {text!r}") from None
+    return text
+
+
 MAX_SESSION_SECONDS = 1e7
 """The longest ``--seconds`` a live session takes (~116 days; beyond, its nanoseconds
 overflow)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ppwtop.cli.common import parser
+from ppwtop.cli.common import parser, utf8_text
 from ppwtop.report import load_snapshot, report_format, write_report
 
 
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
                    help="baseline snapshot: adds before/after columns and the diff verdict")
     p.add_argument("-o", "--output", metavar="FILE", required=True,
                    help="output file; the format follows the suffix (.md or .html)")
-    p.add_argument("--title", default="", help="report title")
+    p.add_argument("--title", default="", type=utf8_text, help="report title")
     args = p.parse_args(argv)
 
     report_format(args.output)  # fail on a bad suffix before reading anything
