@@ -101,6 +101,19 @@ def test_a_cut_recording_is_replayed_and_exported_with_its_readers_note(
     assert "warning" not in capsys.readouterr().err
 
 
+def test_headless_seconds_beyond_the_recording_replays_all_of_it(
+        recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # found by fuzzing: --seconds 1e300 (inf ns) raised OverflowError, an internal error
+    whole, huge = tmp_path / "whole.json", tmp_path / "huge.json"
+    assert main(["replay", str(recording), "--headless", "--export", str(whole)]) == 0
+    assert main(["replay", str(recording), "--headless", "--seconds", "1e300",
+                 "--export", str(huge)]) == 0
+    assert "error" not in capsys.readouterr().err
+    a, b = (Snapshot.from_dict(orjson.loads(p.read_bytes())) for p in (whole, huge))
+    assert b.window.duration_s == pytest.approx(a.window.duration_s, abs=0.01)
+    assert b.totals.energy_j == pytest.approx(a.totals.energy_j, rel=1e-3)
+
+
 @pytest.mark.parametrize("content", [b"hello world\n", b"PPWREC garbage", b"a,b\n1,2\n"])
 def test_bad_file_exits_2_with_one_line(tmp_path: Path, content: bytes,
                                         capsys: pytest.CaptureFixture[str]) -> None:

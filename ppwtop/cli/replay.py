@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
         if args.seconds is None:
             snap = feed.final_snapshot()
         else:
-            end_ns = min(feed.end_ns, feed.start_ns + int(args.seconds * 1e9))
+            # min before int: 1e300 s (inf ns) means all of it, not an OverflowError
+            end_ns = feed.start_ns + int(min(args.seconds * 1e9, feed.end_ns - feed.start_ns))
             snap = feed.snapshot_at(end_ns, end_ns - feed.start_ns + 1, 200)
         if snap is None:
             raise PpwtopError(f"{args.file}: no GPU activity in the replayed span")
