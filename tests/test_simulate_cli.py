@@ -100,6 +100,8 @@ def test_truth_json_loads(out: Path) -> None:
     ["--seconds", "inf", "--out", "x"],
     ["--seed", "-1", "--out", "x"],
     ["--workload-seed", "1.5", "--out", "x"],
+    ["--seconds", "1", "--seed", str(2**64), "--out", "x"],  # fuzzing: failed mid-write
+    ["--seconds", "1", "--workload-seed", str(2**63), "--out", "x"],
     [],
 ])
 def test_bad_args_are_one_line_errors(argv: list[str], tmp_path: Path,
@@ -110,7 +112,8 @@ def test_bad_args_are_one_line_errors(argv: list[str], tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1
-    assert err[0].startswith("ppwtop: error:")
+    assert err[0].startswith("ppwtop: error:") and "internal error" not in err[0]
+    assert not (tmp_path / "o").exists()  # refused before anything is written
 
 
 def test_out_is_a_file(tmp_path: Path) -> None:

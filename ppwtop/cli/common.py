@@ -66,13 +66,16 @@ def session_seconds(text: str) -> float:
 
 
 def seed_int(text: str) -> int:
-    """A simulator seed: a whole number ≥ 0 (numpy's generators take no negative seed)."""
+    """A simulator seed: a whole number ≥ 0 (numpy's generators take no negative seed) and
+    below 2**63 (the seed is written into JSON, which ppwtop keeps to 64-bit integers)."""
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be ≥ 0: {text!r}")
+    if v >= 2**63:
+        raise argparse.ArgumentTypeError(f"must be below 2**63: {text!r}")
     return v
 
 
