@@ -2,12 +2,15 @@
 
 Owns the error wording for missing, directory, unreadable and corrupt-gzip inputs, so the
 importers, the snapshot reader, the owners file and the exporters all say the same thing.
+Only regular files are read: a FIFO would block the read forever and a device (``/dev/zero``)
+never ends, so either is refused before it is opened.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +20,26 @@ from ppwtop.errors import InputError
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def check_regular(p: Path) -> None:
+    """Raise OSError (FileNotFoundError, ...) or :class:`InputError` unless ``p`` is a
+    regular file (symlinks followed)."""
+    mode = p.stat().st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError
+    if not stat.S_ISREG(mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+                "a socket" if stat.S_ISSOCK(mode) else "a special file")
+        raise InputError(p, f"is {kind}, not a regular file")
+
+
 @contextlib.contextmanager
 def reading(path: str | Path) -> Iterator[Path]:
-    """Open/read ``path`` inside the block; OS errors become one :class:`InputError`."""
+    """Open/read ``path`` inside the block; OS errors become one :class:`InputError`, and so
+    does a path that is not a regular file (checked before the block runs)."""
     p = Path(path)
     try:
+        check_regular(p)
         yield p
     except FileNotFoundError:
         raise InputError(p, "no such file") from None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from pathlib import Path
 
 import orjson
@@ -119,6 +122,30 @@ def test_a_trace_path_that_is_not_utf8_is_written_escaped(
     assert main(["attribute", "--trace", str(trace), "--power", str(sim_dir / "power.csv"),
                  "--power-tz", "UTC", "-o", str(out)]) == 0
     assert read_snapshot(out).meta["trace"] == str(tmp_path / "t\\xff.json.gz")
+
+
+@pytest.mark.parametrize("which", ["--trace", "--power"])
+def test_a_fifo_input_is_refused_not_waited_on(which: str, sim_dir: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # found by fuzzing: `attribute --trace FIFO` with no writer blocked forever
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    files = {"--trace": str(sim_dir / "trace.json.gz"), "--power": str(sim_dir / "power.csv")}
+    files[which] = str(fifo)
+
+    def unblock() -> None:  # should the FIFO be opened after all: EOF, not a hung test
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    guard = threading.Timer(5.0, unblock)
+    guard.start()
+    try:
+        assert main(["attribute", "--trace", files["--trace"], "--power", files["--power"],
+                     "-o", str(tmp_path / "s.json")]) == 2
+    finally:
+        guard.cancel()
+    line = _one_error_line(capsys)
+    assert line == f"ppwtop: error: {fifo}: is a named pipe (FIFO), not a regular file"
 
 
 def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:

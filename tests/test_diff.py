@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -418,6 +421,34 @@ def test_bad_files_exit_2_with_one_line(
         assert err.startswith(f"ppwtop: error: {bad}: ")
         assert what in err
         assert captured.out == ""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "fifo owners"])
+def test_an_input_that_is_no_regular_file_is_refused_before_it_is_read(
+    pair: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str,
+) -> None:
+    # found by fuzzing: `diff snap.json /dev/zero` read until MemoryError, and a FIFO with no
+    # writer blocked the read forever (/dev/null here: a regression must not eat the memory)
+    a, _, worse = pair
+    special = Path("/dev/null") if kind == "device" else tmp_path / "fifo"
+    if kind != "device":
+        os.mkfifo(special)
+    argv = (["diff", str(a), str(worse), "--owners", str(special)] if kind == "fifo owners"
+            else ["diff", str(a), str(special)])
+
+    def unblock() -> None:  # should the FIFO be opened after all: EOF, not a hung test
+        with contextlib.suppress(OSError):
+            os.close(os.open(special, os.O_WRONLY | os.O_NONBLOCK))
+
+    guard = threading.Timer(5.0, unblock)
+    guard.start()
+    try:
+        assert main(argv) == 2
+    finally:
+        guard.cancel()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ppwtop: error: {special}: is a ") and "\n" not in err
+    assert err.endswith("not a regular file") and "internal error" not in err
 
 
 def test_usage_errors_and_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,7 @@ from attribution.model import (
     Trace,
 )
 from ppwtop.errors import InputError
+from ppwtop.fileio import reading
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -97,8 +98,8 @@ def api_kind_of(name: str) -> ApiKind:
 def load_nsys(path: str | Path) -> Trace:
     """Read an Nsight Systems SQLite export; raise InputError for anything else."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(p, "no such file")
+    with reading(p):  # missing, a directory, a FIFO or a device: one InputError
+        pass
     try:
         con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
     except sqlite3.Error as e:
