@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,18 @@ def test_injected_kernel_regression_is_found_and_tops_mechanisms() -> None:
     assert r.comparability > 0.9
     # shares of the decomposition add up to one
     assert sum(m.share_of_delta for m in r.mechanisms) == pytest.approx(1.0)
+
+
+def test_step_energies_near_the_float_limit_are_inconclusive_without_numpy_warnings() -> None:
+    # found by fuzzing: step_energy_j 1e308 overflowed the bootstrap's means with numpy
+    # RuntimeWarnings on stderr
+    base = make_snapshot([3.0, 3.1, 2.9, 3.0], {"k": 100.0})
+    with np.errstate(over="ignore"):  # the helper's own summary of the steps
+        cand = make_snapshot([1e308] * 4, {"k": 100.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = diff(base, cand)
+    assert r.verdict == "inconclusive"
 
 
 def test_improvement_when_a_kernel_gets_cheaper() -> None:
