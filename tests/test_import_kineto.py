@@ -359,20 +359,25 @@ def _kernel(**args: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("other", [{}, {"stream": None}],
                          ids=["fast path", "slow path (a null stream in another kernel)"])
-def test_an_id_beyond_2_53_reads_as_unknown_not_wrapped(tmp_path: Path,
-                                                        other: dict[str, Any]) -> None:
-    # found by fuzzing: device 2**64 was cast with a numpy warning (fast path) or raised
-    # OverflowError (slow path, an internal error); it is a malformed value, read as -1
+def test_an_event_with_an_id_beyond_2_53_is_dropped_with_a_note(tmp_path: Path,
+                                                                other: dict[str, Any]) -> None:
+    # found by fuzzing: device 2**64 was cast with a numpy warning (fast path: a wrapped
+    # device) or raised OverflowError (slow path: an internal error); like a ts that would
+    # wrap, such an event is malformed: dropped and noted
     doc = {"traceEvents": [_kernel(device=2**64, correlation=4), _kernel(**other),
-                           _kernel(correlation=5, grid=[2**60, 1, 1], bytes="9" * 30)]}
+                           _kernel(correlation=5, grid=[2**60, 1, 1]),
+                           _kernel(correlation=6, stream="stream " + "9" * 30),
+                           {**_kernel(correlation=7), "cat": "gpu_memcpy", "name": "Memcpy HtoD",
+                            "args": {"device": 0, "bytes": 1e300}}]}
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no numpy cast warning on the way
         t = load_kineto(p)
-    dev = dict(zip(t.kernels.correlation.tolist(), t.kernels.device.tolist(), strict=True))
-    assert dev == {4: -1, 3: 0, 5: 0}
-    assert t.kernels.grid_x.tolist()[t.kernels.correlation.tolist().index(5)] == -1
+    assert t.kernels.correlation.tolist() == [3] and t.kernels.device.tolist() == [0]
+    assert len(t.copies) == 0
+    assert "dropped 3 malformed kernel event(s)" in t.meta["notes"]
+    assert "dropped 1 malformed memcpy event(s)" in t.meta["notes"]
 
 
 @pytest.mark.parametrize("base", [2**63, 1e300, 2**63 - 1000, -(2**64)])

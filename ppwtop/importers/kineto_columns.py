@@ -92,21 +92,22 @@ def dur_to_ns(dur_us: Sequence[float | int] | npt.NDArray[np.float64]) -> I64:
 
 
 def int_column(values: Sequence[Any]) -> I64:
-    """Integers from JSON values that may be ints, numeric strings or 'stream 7' strings;
-    anything else, or a value beyond :data:`ID_MAX`, reads as unknown (-1)."""
+    """Integers from JSON values that may be ints, numeric strings or 'stream 7' strings
+    (anything else reads as unknown, -1).  ValueError when one is beyond :data:`ID_MAX`."""
     try:
         arr = np.asarray(values, dtype=np.int64)
-        if _in_range(arr):
-            return arr
     except (ValueError, TypeError, OverflowError):
-        pass
-    return np.fromiter((_to_int(v) for v in values), dtype=np.int64, count=len(values))
+        arr = np.fromiter((_to_int(v) for v in values), dtype=np.int64, count=len(values))
+    if not _in_range(arr):
+        raise ValueError("an id beyond ID_MAX")
+    return arr
 
 
 ID_MAX = 2**53
-"""The bound on |value| of an id, size or dimension column: float64 (the extraction matrix)
-holds every integer below it exactly.  A value beyond it (a device of 2**64) is malformed and
-reads as unknown (-1), like a value that is no number, instead of wrapping in the int64 cast."""
+"""The bound on |value| of an id, size or dimension: float64 (the extraction matrix) holds
+every integer below it exactly.  An event with a value beyond it (a device of 2**64) is
+malformed: :func:`tolerant` drops it and says so, as for a ts that would wrap, instead of
+the value wrapping in the int64 cast."""
 
 
 def _in_range(arr: npt.NDArray[Any]) -> bool:
@@ -117,6 +118,7 @@ _DIGITS = re.compile(r"-?\d+")
 
 
 def _to_int(v: Any) -> int:
+    """The integer a JSON value denotes: -1 when it is none, ``ID_MAX`` when it is beyond."""
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, float):
@@ -124,21 +126,41 @@ def _to_int(v: Any) -> int:
     elif isinstance(v, str):
         m = _DIGITS.search(v)
         v = int(m.group()) if m else UNKNOWN
-    if isinstance(v, int) and -ID_MAX < v < ID_MAX:
-        return v
-    return UNKNOWN
+    if not isinstance(v, int):
+        return UNKNOWN
+    return v if -ID_MAX < v < ID_MAX else ID_MAX
 
 
 def _dims(values: list[Any]) -> npt.NDArray[np.int64]:
-    """[x, y, z] lists → (n, 3) int64; anything else → -1s."""
+    """[x, y, z] lists → (n, 3) int64; anything else → -1s.  ValueError beyond ID_MAX."""
     try:
         arr = np.asarray(values, dtype=np.int64)
-        if arr.ndim == 2 and arr.shape[1] == 3 and _in_range(arr):
-            return arr
+        if not (arr.ndim == 2 and arr.shape[1] == 3):
+            raise ValueError("not [x, y, z]")
     except (ValueError, TypeError, OverflowError):
-        pass
-    fixed = [v if isinstance(v, list) and len(v) == 3 else _NO_DIM for v in values]
-    return np.asarray([[_to_int(x) for x in v] for v in fixed], dtype=np.int64).reshape(-1, 3)
+        fixed = [_dim(v) for v in values]
+        arr = np.asarray([[_to_int(x) for x in v] for v in fixed], dtype=np.int64).reshape(-1, 3)
+    if not _in_range(arr):
+        raise ValueError("a dimension beyond ID_MAX")
+    return arr
+
+
+def _dim(v: Any) -> Any:
+    return v if isinstance(v, list) and len(v) == 3 else _NO_DIM
+
+
+_TOP_ID_KEYS = ("pid", "tid")
+_ARG_ID_KEYS = ("device", "stream", "correlation", "registers per thread", "shared memory",
+                "bytes")
+_ARG_DIM_KEYS = ("grid", "block")
+
+
+def _ids_in_range(e: Event, args: dict[str, Any]) -> bool:
+    """No id, size or dimension an extractor reads is beyond ID_MAX."""
+    vals = [e.get(k) for k in _TOP_ID_KEYS] + [args.get(k) for k in _ARG_ID_KEYS]
+    for k in _ARG_DIM_KEYS:
+        vals.extend(_dim(args.get(k)))
+    return all(_to_int(v) != ID_MAX for v in vals)
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,6 +182,7 @@ def _valid(e: Any) -> bool:
         and isinstance(dur, (int, float)) and abs(dur) < TIME_MAX_US
         and isinstance(e.get("name", ""), str)
         and isinstance(e.get("args", {}), dict)
+        and _ids_in_range(e, e.get("args", {}))
     )
 
 
@@ -206,9 +229,9 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
     three components of every ``dims`` key of ``args`` ([x, y, z]).  Every id, size and
     dimension is a JSON number below :data:`ID_MAX`, so float64 holds it exactly.  Each event dict is
     touched once (the dicts are scattered in memory: one pass per column would be several
-    cache misses per event per column).  When a key is missing or a value is not a number (or
-    is beyond ``ID_MAX``) the slow per-column path fills the gap with -1 (a missing ``ts``
-    raises KeyError).
+    cache misses per event per column).  When a key is missing or a value is not a number the
+    slow per-column path fills the gap with -1 (a missing ``ts`` raises KeyError; a value
+    beyond ``ID_MAX`` raises ValueError).
     """
     n = len(ev)
     width = 2 + len(top) + len(arg_keys) + 3 * len(dims)
@@ -242,7 +265,7 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
         if arr.size != n * width or np.isnan(arr).any():  # ragged, or a JSON null
             raise ValueError("ragged")
         m = arr.reshape(n, width)
-        if not _in_range(m[:, 2:]):  # an id past ID_MAX: the slow path reads it as -1
+        if not _in_range(m[:, 2:]):  # an id past ID_MAX: the slow path raises ValueError
             raise ValueError("out of range")
     except (KeyError, TypeError, ValueError, OverflowError, IndexError):
         m, names = _extract_slow(ev, top, arg_keys, dims), [e["name"] for e in ev]
