@@ -227,8 +227,8 @@ def extract(ev: list[Event], top: tuple[str, ...] = (), arg_keys: tuple[str, ...
 
     Columns: ts, dur, then ``top`` keys of the event, then ``arg_keys`` of ``args``, then the
     three components of every ``dims`` key of ``args`` ([x, y, z]).  Every id, size and
-    dimension is a JSON number below :data:`ID_MAX`, so float64 holds it exactly.  Each event dict is
-    touched once (the dicts are scattered in memory: one pass per column would be several
+    dimension is a JSON number below :data:`ID_MAX`, so float64 holds it exactly.  Each event
+    dict is touched once (the dicts are scattered in memory: one pass per column would be several
     cache misses per event per column).  When a key is missing or a value is not a number the
     slow per-column path fills the gap with -1 (a missing ``ts`` raises KeyError; a value
     beyond ``ID_MAX`` raises ValueError).

@@ -228,7 +228,7 @@ def _load(con: sqlite3.Connection, p: Path) -> Trace:
 
 def _epoch(t: np.ndarray[Any, Any], base_ns: int, where: str) -> np.ndarray[Any, Any]:
     """Session-relative ns → epoch ns; a time that would wrap int64 is a _BadValue."""
-    if len(t) and not (-(2**63) <= int(t.min()) + base_ns and int(t.max()) + base_ns < 2**63):
+    if len(t) and not (int(t.min()) + base_ns >= -(2**63) and int(t.max()) + base_ns < 2**63):
         raise _BadValue(f"{where}: times past the int64 ns range once "
                         f"TARGET_INFO_SESSION_START_TIME.utcEpochNs ({base_ns}) is added")
     return t + np.int64(base_ns)
