@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attribution.engine import aliasing, build, idle_place, live_solve
 from attribution.sim import SCENARIOS
-from benchmarks.accuracy import GPUS, sim_row
+from benchmarks.accuracy import GPUS, _git_state, sim_row
 
 CONSUMER = ("rtx3090", "rtx4090")
 
@@ -96,15 +99,34 @@ def summary(rs: list[dict[str, Any]]) -> str:
             f"all {sum(r['idle_err'] > 0.03 for r in rs):3d}/{len(rs)}")
 
 
+def counts(rs: list[dict[str, Any]]) -> dict[str, int]:
+    """What the status table reads (benchmarks/accuracy_status.py): runs, resolvable classes
+    and how many hold the truth, all classes and how many hold it, runs with idle > 3 %."""
+    return {"runs": len(rs), "resolvable": sum(r["resolvable"] for r in rs),
+            "held": sum(r["covered"] for r in rs),
+            "classes": sum(r["classes_with_ci"] for r in rs),
+            "classes_held": sum(r["covered_all_classes"] for r in rs),
+            "idle_over_3pct": sum(r["idle_err"] > 0.03 for r in rs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", default="1,1.5,2,3,5")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--files", action="store_true",
                     help="through Kineto JSON + nvidia-smi CSV (poll-stamped readings)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="write the counts as JSON (benchmarks/short_runs_results.json is "
+                         "the kept one the status table reads)")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     pooled = {"now": [0, 0], "before": [0, 0]}
+    kept: dict[str, Any] = {
+        "schema": "ppwtop.short_runs/1",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "engine_version": _git_state(), "seeds": seeds, "files": a.files,
+        "command": "python benchmarks/short_runs.py " + " ".join(argv or sys.argv[1:]),
+        "durations": {}}
     for seconds in (float(s) for s in a.seconds.split(",")):
         now = rows(seconds, seeds, a.files)
         with rules_before():
@@ -114,9 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {tag:<6} {summary(rs)}")
             pooled[tag][0] += sum(r["covered"] for r in rs)
             pooled[tag][1] += sum(r["resolvable"] for r in rs)
+        kept["durations"][f"{seconds:g}"] = {"now": counts(now), "before": counts(before)}
     for tag, (held, res) in pooled.items():
         print(f"pooled, {tag}: {held}/{res} resolvable classes held "
               f"({100 * held / max(res, 1):.1f} %)")
+    if a.out is not None:
+        a.out.write_bytes(orjson.dumps(kept, option=orjson.OPT_INDENT_2))
+        print(f"wrote {a.out}")
     return 0
 
 
