@@ -94,3 +94,23 @@ def test_the_doc_shows_what_the_kept_suites_say(tmp_path: Path) -> None:
     i = text.index(st.BEGIN)
     stale.write_text(text[:i] + text[i:].replace("72 / 72", "71 / 72", 1), encoding="utf-8")
     assert st.main(["--check", str(stale)]) == 1
+
+
+def _short(held: int, res: int) -> dict[str, Any]:
+    counts = {"runs": 10, "resolvable": res, "held": held, "classes": 40,
+              "classes_held": 30, "idle_over_3pct": 1}
+    before = dict(counts, held=5, resolvable=10)
+    return {"command": "python benchmarks/short_runs.py", "seeds": [0, 1],
+            "engine_version": "abc", "date": "2026-12-05T00:00:00+00:00",
+            "durations": {"1": {"now": counts, "before": before},
+                          "2": {"now": counts, "before": before}}}
+
+
+def test_short_runs_line_pools_the_durations_and_judges_the_band() -> None:
+    (line,) = st.short_lines(_short(9, 10))
+    assert "**90.0 %** (18 / 20; met" in line
+    assert "50.0 % (10 / 20)" in line  # the rules before, side by side
+    assert "idle over 3 % of the total on 2 of 20 runs" in line
+    (line,) = st.short_lines(_short(10, 10))
+    assert "(20 / 20; not met" in line  # 100 % is outside 85-95 % too
+    assert st.short_lines(None) == []
