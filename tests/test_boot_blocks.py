@@ -12,6 +12,7 @@ from attribution.engine import attribute, build
 from attribution.engine.boot_blocks import (
     floor_rows,
     resample_block,
+    short_run_scale,
     small_sample_scale,
 )
 from attribution.sim import SCENARIOS, simulate
@@ -129,3 +130,22 @@ def test_live_intervals_take_the_same_scale(monkeypatch: pytest.MonkeyPatch) -> 
         assert lo <= b_lo + 1e-9 and hi >= b_hi - 1e-9
         wider += (hi - lo) > (b_hi - b_lo) * 1.001
     assert wider >= 1
+
+
+def test_a_short_run_says_why_its_intervals_are_wide() -> None:
+    """3 s of an A100 (2.4 one-second blocks): the snapshot warns that the spread was widened
+    and by how much, and a class flagged by the precision rule says so in its ``why``; 20 s
+    of the same workload (a factor of 1.04) says neither."""
+    snap = attribute(simulate("varied_mix", "a100", 3.0, 1).trace, n_boot=100)
+    (line,) = [w for w in snap.warnings if "a short run" in w]
+    assert "×2.42" in line and "10 s or more" in line
+    assert any(k.why is not None and k.why.startswith("90% interval") and "short run" in k.why
+               for k in snap.kernels)
+    long = attribute(simulate("varied_mix", "a100", 20.0, 1).trace, n_boot=100)
+    assert not any("short run" in w for w in long.warnings)
+    assert not any(k.why and "short run" in k.why for k in long.kernels)
+
+
+def test_short_run_scale_is_said_from_eight_blocks_down() -> None:
+    assert short_run_scale(small_sample_scale(80, 10)) is not None  # 8 blocks: 1.15
+    assert short_run_scale(small_sample_scale(100, 10)) is None  # 10 blocks: 1.12

@@ -34,6 +34,9 @@ from attribution.engine.regress import Z90
 
 MIN_BLOCKS = 10
 """Resampling blocks a run is cut into at least, where 3 W of readings allows."""
+SAY_SCALE = 1.15
+"""A widening this large or more is said (:func:`short_run_scale`): a run of 8 blocks or
+fewer (t with 7 degrees of freedom is 1.15× the normal's)."""
 
 
 def resample_block(n_rows: int, preferred: int, floor: int) -> int:
@@ -58,3 +61,17 @@ def floor_rows(window_ms: float, period_ms: float, per_row: int = 1) -> int:
     """3 W of readings, in rows of ``per_row`` readings (readings closer than that share
     their sensor window)."""
     return max(1, math.ceil(3.0 * window_ms / max(period_ms, 1e-3) / max(per_row, 1)))
+
+
+def short_run_scale(scale: float) -> float | None:
+    """``scale`` where a snapshot should say it (at least :data:`SAY_SCALE`), else None."""
+    return scale if scale >= SAY_SCALE else None
+
+
+def short_run_warning(device: int, n_rows: int, preferred: int, block_s: float,
+                      scale: float) -> str:
+    """The snapshot's line for a run short enough that its intervals were widened."""
+    return (f"GPU {device}: a short run ({n_rows / max(preferred, 1):.1f} blocks of "
+            f"{block_s:.1f} s of readings): the intervals' bootstrap spread is widened "
+            f"×{scale:.2f} (Student's t) for the few independent stretches it holds, so few "
+            f"classes resolve; a run of {MIN_BLOCKS * block_s:.0f} s or more narrows them")

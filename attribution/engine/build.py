@@ -36,7 +36,13 @@ from attribution.engine.aliasing import (
 )
 from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
-from attribution.engine.boot_blocks import floor_rows, resample_block, small_sample_scale
+from attribution.engine.boot_blocks import (
+    floor_rows,
+    resample_block,
+    short_run_scale,
+    short_run_warning,
+    small_sample_scale,
+)
 from attribution.engine.bound_limit import bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
@@ -610,6 +616,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     profile = math.inf  # the lag's measured uncertainty (set by the fit)
     locked: float | None = None  # the readings' spread ratio when they are phase-locked
     unplaced_reason: str | None = None  # why, when the readings' windows are busy throughout
+    said_scale: float | None = None  # a short run's widening, where it is said (boot_blocks)
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
@@ -824,6 +831,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp = f.p_idle_w, f.dp_w[:n_groups]
         t_scale = small_sample_scale(len(yb), boot_block)
+        said_scale = short_run_scale(t_scale)
+        if said_scale is not None:
+            warnings.append(short_run_warning(device, len(yb), boot_block,
+                                              boot_block * per_row * period_ms * 1e-3,
+                                              said_scale))
         dp_boot = np.maximum(dp + t_scale * (dp_boot - dp), 0.0)
         p_boot = np.maximum(p_idle + t_scale * (p_boot - p_idle), 0.0)
         rms = readings_rms(f)
@@ -887,6 +899,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         held_idle=(None if degenerate_w is None else
                    (degenerate_w, prior if prior is not None else p_idle, p_idle)),
         phase_locked=locked, idle_unplaced=unplaced_reason, power_why=power_why,
+        short_run=said_scale,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
                       "model; the interval spans the fits without them and one grid step away"
                       if preset is not None and preset.consumer_boost else None))

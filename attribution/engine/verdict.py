@@ -37,12 +37,16 @@ def precise(dyn_j: F64, ci_j: F64, precision: float = PRECISION) -> B:
 
 
 def imprecise_why(dyn_j: float, lo_j: float, hi_j: float,
-                  precision: float = PRECISION) -> str:
-    """The ``why`` of a class flagged by :func:`precise`: its interval relative to its estimate."""
+                  precision: float = PRECISION, short_run: float | None = None) -> str:
+    """The ``why`` of a class flagged by :func:`precise`: its interval relative to its estimate;
+    ``short_run``: the factor a short run's few independent blocks widened the bootstrap's
+    spread by (``boot_blocks.short_run_scale``), said when there is one."""
     lo = lo_j / dyn_j - 1.0
     hi = hi_j / dyn_j - 1.0
     return (f"90% interval {100 * lo:+.0f}…{100 * hi:+.0f}% of the estimate: "
-            f"wider than ±{100 * precision:.0f}%")
+            f"wider than ±{100 * precision:.0f}%"
+            + ("" if short_run is None else
+               f" (a short run: its spread widened ×{short_run:.2f}; record longer)"))
 
 
 def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_time_s: F64,
@@ -50,7 +54,8 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
                    held_idle: tuple[float, float, float] | None, consumer_why: str | None,
                    computed: B | None = None, phase_locked: float | None = None,
                    idle_unplaced: str | None = None,
-                   power_why: Sequence[str | None] | None = None
+                   power_why: Sequence[str | None] | None = None,
+                   short_run: float | None = None
                    ) -> tuple[list[bool], list[str | None], list[str]]:
     """Per class: (resolvable, cluster name, why not), the first rule that fails in order.
 
@@ -65,7 +70,9 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     ``idle_unplaced``: the reason when the readings' windows are busy throughout
     (``idle_place``; P_idle is then held when the board has a value); ``power_why``: per
     class, why the power log cannot be trusted for its split (its clock is off, it covers too
-    little of the class's busy time: ``build``), else None."""
+    little of the class's busy time: ``build``), else None; ``short_run``: the factor a short
+    run widened the bootstrap's spread by, where it is large enough to say
+    (``boot_blocks.short_run_scale``)."""
     n_cls = len(dyn_j)
     cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
     in_class = g_c_time_s > 0
@@ -119,7 +126,8 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
         elif computed is not None and not bool(computed[c]):
             w = "new class: interval not computed yet"
         elif not known[c]:
-            w = imprecise_why(float(dyn_j[c]), float(ci_j[c, 0]), float(ci_j[c, 1]))
+            w = imprecise_why(float(dyn_j[c]), float(ci_j[c, 0]), float(ci_j[c, 1]),
+                              short_run=short_run)
         else:
             r = True
         res.append(r)
