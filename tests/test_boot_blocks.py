@@ -149,3 +149,23 @@ def test_a_short_run_says_why_its_intervals_are_wide() -> None:
 def test_short_run_scale_is_said_from_eight_blocks_down() -> None:
     assert short_run_scale(small_sample_scale(80, 10)) is not None  # 8 blocks: 1.15
     assert short_run_scale(small_sample_scale(100, 10)) is None  # 10 blocks: 1.12
+
+
+def test_too_few_readings_on_an_unknown_board() -> None:
+    """No board table and 3 usable readings: nothing to hold P_idle at, and the bounded fit
+    puts it at 0 W. Its interval now reaches the lowest reading (every reading is P_idle plus
+    non-negative activity power), so it holds the truth (it was [0, 0] on some runs); every
+    class is flagged; no class's energy falls below its dynamic part (the two sums rounded
+    1e-16..1e-13 J apart at P_idle = 0); the few-readings line is the only one said."""
+    import dataclasses
+
+    res = simulate("demo", "h100", 1.0, 3)
+    trace = res.trace
+    trace.devices = [dataclasses.replace(d, name="Mystery GPU") for d in trace.devices]
+    snap = attribute(trace, n_boot=20)
+    lo, hi = snap.meta["active_idle_ci_w"]["0"]
+    assert lo <= res.truth.active_idle_w * res.truth.gain <= hi
+    assert all(not k.resolvable for k in snap.kernels)
+    assert all(r.energy_j >= r.dynamic_energy_j for r in (*snap.kernels, *snap.copies))
+    assert any("usable power readings" in w for w in snap.warnings)
+    assert not any("a short run" in w for w in snap.warnings)

@@ -821,6 +821,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
+        if judged.few is not None and prior is None:
+            # too few readings and no board value: P_idle may be anywhere from 0 to the lowest
+            # reading (every reading is P_idle plus non-negative activity power)
+            end_p += [0.0, float(np.min(y))]
         boot_block = max(1, block // per_row)  # the bootstrap's block, in rows
         # a short run: resampled in shorter blocks, its spread scaled by Student's t for the
         # few independent seconds it holds (boot_blocks)
@@ -831,8 +835,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         dp_boot = dp_boot[:, :n_groups]
         p_idle, dp = f.p_idle_w, f.dp_w[:n_groups]
         t_scale = small_sample_scale(len(yb), boot_block)
-        said_scale = short_run_scale(t_scale)
-        if said_scale is not None:
+        said_scale = short_run_scale(t_scale) if judged.few is None else None
+        if said_scale is not None:  # (too few readings has its own line, above)
             warnings.append(short_run_warning(device, len(yb), boot_block,
                                               boot_block * per_row * period_ms * 1e-3,
                                               said_scale))
@@ -923,8 +927,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         clusters=names, item_group=item_group, slow_response=slow, boost_tail_j=tail_j,
         lag_profile_ms=profile,
         class_calls=units.class_calls, class_time_s=class_time_s,
-        class_energy_j=np.asarray(np.bincount(key, weights=item_energy, minlength=n_cls),
-                                  np.float64),
+        # the items' sum and ΔP × the class's time round differently: a class's energy is
+        # never below its dynamic part (at P_idle = 0 it fell 1e-16..1e-13 J short)
+        class_energy_j=np.maximum(np.bincount(key, weights=item_energy, minlength=n_cls),
+                                  class_dyn).astype(np.float64),
     )
 
 
