@@ -628,7 +628,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                if preset is not None else "idle at the readings' median, ")
             + "no dynamic energy")
     elif len(y) < MIN_JUDGED:
-        warnings.append(f"GPU {device}: only {len(y)} usable power readings inside the trace "
+        warnings.append(f"GPU {device}: only {len(y)} usable power reading"
+                        f"{'' if len(y) == 1 else 's'} inside the trace "
                         "window; the fit rests on the priors"
                         + (f" (active idle held at the board's {preset.active_idle_w:.0f} W; "
                            "every class flagged)" if preset is not None else ""))
