@@ -16,6 +16,7 @@ from attribution.engine.boot_blocks import (
     small_sample_scale,
 )
 from attribution.sim import SCENARIOS, simulate
+from attribution.snapshot import CopyRow, KernelRow
 
 
 @pytest.mark.parametrize(("n_rows", "preferred", "floor", "want"), [
@@ -166,6 +167,7 @@ def test_too_few_readings_on_an_unknown_board() -> None:
     lo, hi = snap.meta["active_idle_ci_w"]["0"]
     assert lo <= res.truth.active_idle_w * res.truth.gain <= hi
     assert all(not k.resolvable for k in snap.kernels)
-    assert all(r.energy_j >= r.dynamic_energy_j for r in (*snap.kernels, *snap.copies))
+    rows: tuple[KernelRow | CopyRow, ...] = (*snap.kernels, *snap.copies)
+    assert all(r.energy_j >= r.dynamic_energy_j for r in rows)
     assert any("usable power readings" in w for w in snap.warnings)
     assert not any("a short run" in w for w in snap.warnings)
