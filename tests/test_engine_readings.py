@@ -63,6 +63,19 @@ def test_no_usable_reading_idles_at_the_board_value() -> None:
     assert lo <= 0.5 * idle_w * 1.001 and hi >= 1.5 * idle_w * 0.999
 
 
+def test_a_field_with_no_usable_reading_at_all_is_times_only_and_says_so() -> None:
+    """Every reading negative (a damaged recording; the CSV importer skips such rows): no
+    power information at all, so energies are 0 and the warning says that -- it used to say
+    idle ran at the board's active idle while the snapshot held 0 J."""
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=5.0, seed=1).trace
+    c = trace.power.columns()
+    c["power_mw"] = -np.abs(c["power_mw"]) - 1
+    snap = attribute(dataclasses.replace(trace, power=PowerBatch.from_columns(c)), n_boot=20)
+    assert snap.totals.energy_j == 0.0 and snap.totals.active_idle_w == 0.0
+    (line,) = [w for w in snap.warnings if "no usable power reading" in w]
+    assert "at all" in line and "energies are 0" in line and "board's" not in line
+
+
 def test_live_with_no_reading_in_its_horizon_idles_at_the_board_value() -> None:
     """The power readings stop after 4 s (a sampler that died); 6 s later the 3 s horizon
     holds none: idle at the board's value, no dynamic energy -- not 0 J."""

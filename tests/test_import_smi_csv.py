@@ -172,6 +172,26 @@ def test_rows_with_a_value_no_board_reads_are_skipped(tmp_path: Path) -> None:
     assert t.clocks.clock_reasons.tolist() == [4, 0]
 
 
+def test_negative_power_is_a_damaged_row(tmp_path: Path) -> None:
+    """No board draws negative power: such a row is skipped like an unparsable one (the
+    engine used to drop the readings silently, and a log of nothing else gave a snapshot of
+    0 J whose warning said idle ran at the board's value); a log with no other row is an
+    input error."""
+    p = _write(tmp_path, (
+        "timestamp, power.draw [W], clocks.current.sm [MHz]\n"
+        "2024/01/10 12:00:00.000, 100.0, 1410\n"
+        "2024/01/10 12:00:00.010, -5.0, 1410\n"
+        "2024/01/10 12:00:00.020, 102.0, -1\n"))
+    t = load_smi_csv(p, tz="UTC")
+    assert t.meta["skipped_rows"] == 1
+    assert t.power.power_mw.tolist() == [100000, 102000]  # a negative clock is not power
+    q = _write(tmp_path, ("timestamp, power.draw [W]\n"
+                          "2024/01/10 12:00:00.000, -5.0\n"
+                          "2024/01/10 12:00:00.010, -6.0\n"))
+    with pytest.raises(InputError, match="no parsable data row"):
+        load_smi_csv(q, tz="UTC")
+
+
 def test_a_row_the_csv_module_cannot_split_is_one_input_error(tmp_path: Path) -> None:
     # found by fuzzing: a field over csv's 128 KiB limit raised _csv.Error (an internal error)
     p = _write(tmp_path, SAMPLE + "9" * 131073 + "\n")

@@ -620,6 +620,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
+    elif len(y) == 0 and not len(rd.power_w):
+        # a field whose every reading was unusable (negative, not finite): as no power at all
+        warnings.append(f"GPU {device}: no usable power reading at all (every "
+                        f"{rd.field.label} reading negative or not finite); energies are 0 "
+                        "(times only)")
     elif len(y) == 0:
         warnings.append(
             f"GPU {device}: no usable power reading inside the trace window ({len(rd.t_ns)} "

@@ -112,11 +112,14 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     numeric = [c for c, _ in fields] + [c for c in ("index", "clocks.current.sm",
                                                      "clocks.current.memory",
                                                      "temperature.gpu") if c in col]
+    power_cols = {c for c, _ in fields}
     for c in numeric:
         v, v_ok = _parse_numbers(column(c))
         values[c] = v
         with np.errstate(invalid="ignore"):
             ok &= v_ok & ~(np.abs(v) > MAX_VALUE)  # NaN (a missing cell) stays ok
+            if c in power_cols:  # no board draws negative power: the row is damaged
+                ok &= ~(v < 0)
     reasons: npt.NDArray[np.uint64] | None = None
     if "clocks_event_reasons.active" in col:
         reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
