@@ -91,6 +91,25 @@ def test_live_with_no_reading_in_its_horizon_idles_at_the_board_value() -> None:
     assert all(k.dynamic_energy_j == 0.0 and not k.resolvable for k in snap.kernels)
 
 
+def test_live_with_too_few_readings_in_its_horizon() -> None:
+    """A 0.5 s horizon (4 readings of an A100): its snapshot used to raise ValueError when
+    the settling delay expired every slab just as it was taken. Now: P_idle held at the
+    board's value with the reason in each class's why, as the batch engine; with no board
+    table, P_idle's interval reaches from 0 to the lowest reading and holds the truth."""
+    res = simulate(scenario="varied_mix", gpu="a100", seconds=10.0, seed=1)
+    snap = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=0.5, n_boot=20))
+    assert snap is not None
+    assert snap.totals.active_idle_w == pytest.approx(PRESETS["a100"].active_idle_w, rel=0.01)
+    assert all(k.why is not None and "too few to place active idle" in k.why
+               for k in snap.kernels)
+    unknown = dataclasses.replace(res.trace, devices=[
+        dataclasses.replace(d, name="Mystery GPU") for d in res.trace.devices])
+    snap = drive(unknown, LiveEngine(devices=unknown.devices, horizon_s=0.5, n_boot=20))
+    assert snap is not None
+    lo, hi = snap.meta["active_idle_ci_w"]["0"]
+    assert lo <= res.truth.active_idle_w * res.truth.gain <= hi
+
+
 def _with_power(trace: Any, power: PowerBatch) -> Any:
     return dataclasses.replace(trace, power=power)
 

@@ -512,6 +512,8 @@ class LiveEngine:
             st.clock.expire(min(lo, self.now_ns - st.fit_span_ns - self.settle_ns
                                 - self._margin_ns()) - MAX_GAP_NS)
         starts = [st.slabs.slabs[0].start_ns for st in self.dev.values() if st.slabs]
+        if not starts:  # a horizon shorter than the settling delay: all expired just now
+            return None
         win = (min(starts), self.done_ns)
         for st in self.dev.values():  # a step that starts before the window is out of it for
             st.steps.expire(win[0])  # good (the window's start only moves on): one slice
