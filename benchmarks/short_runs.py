@@ -7,7 +7,8 @@ attributes the simulated run twice, side by side on the same traces:
 * **now**: the engine as it is;
 * **before**: the rules before 2026-12-05 put back by monkeypatching (the bootstrap resampling
   one-second blocks however short the run, its spread unscaled, P_idle left to the fit under
-  ``idle_place.MIN_JUDGED`` readings, the phase-lock test only from 32 readings);
+  ``idle_place.MIN_JUDGED`` readings, the phase-lock test only from 32 readings, the ΔP
+  prior at its full weight however short the run);
 
 and prints per duration: the resolvable classes whose 90 % interval holds the truth (the
 issue's 85-95 % goal), the share of all classes (flagged too) whose interval holds it, P_idle's
@@ -33,7 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attribution.engine import aliasing, build, idle_place, live_solve
+from attribution.engine import aliasing, build, idle_place, live_solve, regress
 from attribution.sim import SCENARIOS
 from benchmarks.accuracy import GPUS, _git_state, sim_row
 
@@ -57,6 +58,7 @@ def rules_before() -> Iterator[None]:
         (live_solve, "small_sample_scale", lambda n_rows, preferred: 1.0),
         (aliasing, "MIN_READINGS", 32),
         (build, "judge_idle", judge_before),
+        (regress, "prior_scale_for", lambda span_s: 1.0),
     ]
     saved = [(m, name, getattr(m, name)) for m, name, _ in patches]
     for m, name, value in patches:

@@ -229,7 +229,8 @@ def board_floor_w(board_w: float, gain_sigma: float) -> float:
 
 
 def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns: I64, *,
-                   window_ms: float, lag_ms: float, kinds: I32, per_row: int) -> regress.Fit:
+                   window_ms: float, lag_ms: float, kinds: I32, per_row: int,
+                   prior_scale: float = 1.0) -> regress.Fit:
     """The fit with P_idle held at the board's value and the boost tail refitted on the
     readings' excess over it (:func:`tail.held_tail_params` on the items' (start, end) times;
     no candidate: the classes take the excess): an end of the intervals where the free fit
@@ -242,7 +243,8 @@ def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns:
     k = np.r_[kinds.astype(np.int64), [TAIL_KIND] * (xh.shape[1] - x.shape[1])]
     xb, yb = block_means(xh, per_row), block_means(y, per_row)
     return regress.fit(xb, yb, board_w, pooled=regress.pooled_by_kind(xb, yb, k),
-                       idle_weight=HELD_IDLE_READINGS * len(y), per_row=per_row)
+                       idle_weight=HELD_IDLE_READINGS * len(y), per_row=per_row,
+                       prior_scale=prior_scale)
 
 
 def untraced_warning(devices: list[int]) -> str:
@@ -725,13 +727,16 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         per_row = readings_per_row(period_ms, consumer=preset is not None
                                    and preset.consumer_boost)
         xfb, yb = block_means(xf, per_row), block_means(y, per_row)
+        # the ΔP prior weighs in proportion on a run shorter than 20 s (regress)
+        pscale = regress.prior_scale_for((win[1] - win[0]) * 1e-9)
 
         def fit_rows(xd: F64, p_prior: float | None, *, pooled: F64,
                      idle_weight: float = regress.IDLE_PRIOR_READINGS) -> regress.Fit:
             """:func:`regress.fit` of design ``xd`` (one row per reading) in rows of
             ``per_row`` readings."""
             return regress.fit(xfb if xd is xf else block_means(xd, per_row), yb, p_prior,
-                               pooled=pooled, idle_weight=idle_weight, per_row=per_row)
+                               pooled=pooled, idle_weight=idle_weight, per_row=per_row,
+                               prior_scale=pscale)
 
         def readings_rms(e: regress.Fit) -> float:
             """The fit's residual RMS over the readings themselves (its own, over its rows,
@@ -785,7 +790,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # at the board's value (in true watts: the sensor's gain spans it) and the tail
             # refitted where it now can be, else the classes taking the rest
             held = _held_tail_fit(x, y, prior, (s_ns, e_ns), t_k, window_ms=window_ms,
-                                  lag_ms=lag, kinds=group_kind, per_row=per_row)
+                                  lag_ms=lag, kinds=group_kind, per_row=per_row,
+                                  prior_scale=pscale)
             prior_fits.append(held)
             held_p = [board_floor_w(prior, preset.gain_sigma)]
             warnings.append(tail_unplaced_warning(device, f.p_idle_w, prior))
@@ -836,6 +842,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # few independent seconds it holds (boot_blocks)
         p_boot, dp_boot = regress.bootstrap(
             xfb, yb, prior, n_boot=n_boot, pooled=centre, idle_weight=idle_w, per_row=per_row,
+            prior_scale=pscale,
             block=resample_block(len(yb), boot_block, floor_rows(window_ms, period_ms,
                                                                  per_row)))
         dp_boot = dp_boot[:, :n_groups]

@@ -28,6 +28,8 @@ PRIOR_READINGS = 0.005
 """Weight of the ΔP prior, in readings fully occupied by the class (Σ x² units).  Measured
 (docs/accuracy.md, "Prior weight"): at 0.02 the prior decided the short classes wherever
 long sensor windows smooth the activity (W = T = 100 ms), and P_idle paid for it."""
+PRIOR_REF_S = 20.0
+"""The run length below which the ΔP prior weighs in proportion (:func:`prior_scale_for`)."""
 IDLE_PRIOR_READINGS = 0.5
 """Weight of the P_idle prior, in idle readings."""
 PRIOR_SPAN_UNKNOWN = (0.0, 2.0)
@@ -144,20 +146,33 @@ def prior_span(dp_w: F64, centre_w: F64, kind: I64, exposure: F64) -> tuple[floa
     return 1.0 - k, 1.0 + k
 
 
+def prior_scale_for(span_s: float) -> float:
+    """The ΔP prior's weight on a run of ``span_s`` seconds, as a multiple of
+    :data:`PRIOR_READINGS`: ``min(1, span / PRIOR_REF_S)``.  The weight was chosen on runs of
+    20-60 s; against a few seconds of readings the same weight pulls the weakly exposed
+    short classes toward their kind's centre and P_idle pays (3 s H100 runs: median −9.1 %).
+    Measured (docs/accuracy.md, "Short runs"; 1.5-5 s, every scenario × preset, seeds 0-2):
+    flagged classes' intervals holding the truth 78-81 → 87-91 %, P_idle more than 20 % off
+    on 43 → 4 of 648 runs; the 20 s check's pooled coverage 86.6 → 85.9 %; 60 s runs
+    unchanged (a 60 s reference put the 20 s check at 83.5 %)."""
+    return min(1.0, max(span_s, 0.0) / PRIOR_REF_S)
+
+
 def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
-                 idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1
-                 ) -> tuple[F64, F64]:
+                 idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1,
+                 prior_scale: float = 1.0) -> tuple[F64, F64]:
     """The priors of :func:`fit` as extra rows ``(A_p, b_p)`` over ``[P_idle, ΔP_1…ΔP_g]``:
     ΔP toward ``pooled`` (one value or one per group) with weight ``PRIOR_READINGS``, and
     P_idle toward ``p_idle_prior_w`` (if given) with weight ``idle_weight``.  Both weights
     are in readings: where each row is the mean of ``per_row`` readings
     (``block_rows.block_means``), they are divided by it, so the priors weigh what they
-    weigh against the readings themselves."""
+    weigh against the readings themselves; ``prior_scale`` multiplies the ΔP prior's
+    (:func:`prior_scale_for`)."""
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
     n = g + (p_idle_prior_w is not None)
     a_p = np.zeros((n, g + 1))
     b_p = np.empty(n)
-    w = np.sqrt(PRIOR_READINGS / per_row)
+    w = np.sqrt(PRIOR_READINGS * prior_scale / per_row)
     a_p[np.arange(g), np.arange(1, g + 1)] = w
     b_p[:g] = w * centre
     if p_idle_prior_w is not None:
@@ -169,7 +184,7 @@ def prior_system(g: int, pooled: float | F64, p_idle_prior_w: float | None, *,
 
 def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
         pooled: float | F64 | None = None, idle_weight: float = IDLE_PRIOR_READINGS,
-        per_row: int = 1) -> Fit:
+        per_row: int = 1, prior_scale: float = 1.0) -> Fit:
     """The non-negative fit with weak priors (see the module docstring).  ``pooled`` is the
     ΔP prior centre: one value for every group or one per group; ``idle_weight`` the P_idle
     prior's weight in idle readings (large: P_idle held at the prior); ``per_row``: the
@@ -179,7 +194,7 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
         _, pooled = pooled_fit(x, y)
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
     a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight,
-                            per_row=per_row)
+                            per_row=per_row, prior_scale=prior_scale)
     a_mat = np.vstack([np.column_stack([np.ones(k), x]), a_p])
     b = np.concatenate([y, b_p])
     scale = np.maximum(np.sqrt((a_mat ** 2).sum(axis=0)), 1e-12)
@@ -219,8 +234,8 @@ def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
 
 def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
               seed: int = 0, pooled: float | F64 | None = None,
-              idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1
-              ) -> tuple[F64, F64]:
+              idle_weight: float = IDLE_PRIOR_READINGS, per_row: int = 1,
+              prior_scale: float = 1.0) -> tuple[F64, F64]:
     """Bootstrap replicates of (P_idle, ΔP): shapes ``(n_boot,)`` and ``(n_boot, groups)``.
 
     Each replicate is :func:`fit` of the resampled readings (rows of ``per_row`` readings
@@ -239,13 +254,13 @@ def bootstrap(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, bloc
         for b in range(n_boot):
             idx = block_indices(k, block, rng)
             f = fit(x[idx], y[idx], p_idle_prior_w, pooled=pooled, idle_weight=idle_weight,
-                    per_row=per_row)
+                    per_row=per_row, prior_scale=prior_scale)
             p[b] = f.p_idle_w
             dp[b] = f.dp_w
         return p, dp
     centre = np.broadcast_to(np.asarray(pooled, np.float64), (g,))
     a_p, b_p = prior_system(g, centre, p_idle_prior_w, idle_weight=idle_weight,
-                            per_row=per_row)
+                            per_row=per_row, prior_scale=prior_scale)
     design = np.column_stack([np.ones(k), x])
     a_mat = np.empty((k + len(a_p), g + 1))
     a_mat[k:] = a_p
