@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from pathlib import Path
 
 import orjson
@@ -12,6 +10,7 @@ import pytest
 
 from ppwtop.cli.main import main
 from ppwtop.snapshot_io import read_snapshot
+from tests.fifo_guard import unblocked_after
 
 REQUIRED = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
             "inefficiencies"}
@@ -133,17 +132,9 @@ def test_a_fifo_input_is_refused_not_waited_on(which: str, sim_dir: Path, tmp_pa
     files = {"--trace": str(sim_dir / "trace.json.gz"), "--power": str(sim_dir / "power.csv")}
     files[which] = str(fifo)
 
-    def unblock() -> None:  # should the FIFO be opened after all: EOF, not a hung test
-        with contextlib.suppress(OSError):
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-    guard = threading.Timer(5.0, unblock)
-    guard.start()
-    try:
+    with unblocked_after(fifo):  # should the FIFO be opened after all: EOF, not a hang
         assert main(["attribute", "--trace", files["--trace"], "--power", files["--power"],
                      "-o", str(tmp_path / "s.json")]) == 2
-    finally:
-        guard.cancel()
     line = _one_error_line(capsys)
     assert line == f"ppwtop: error: {fifo}: is a named pipe (FIFO), not a regular file"
 

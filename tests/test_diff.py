@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +30,7 @@ from attribution.snapshot import (
     Window,
 )
 from ppwtop.cli.main import main
+from tests.fifo_guard import unblocked_after
 
 # per-step energy of each class in the reference workload (J per step)
 BASE_KERNELS = {"ampere_sgemm_128x64_nn": 30.0, "flash_fwd_kernel": 20.0,
@@ -449,16 +448,8 @@ def test_an_input_that_is_no_regular_file_is_refused_before_it_is_read(
     argv = (["diff", str(a), str(worse), "--owners", str(special)] if kind == "fifo owners"
             else ["diff", str(a), str(special)])
 
-    def unblock() -> None:  # should the FIFO be opened after all: EOF, not a hung test
-        with contextlib.suppress(OSError):
-            os.close(os.open(special, os.O_WRONLY | os.O_NONBLOCK))
-
-    guard = threading.Timer(5.0, unblock)
-    guard.start()
-    try:
+    with unblocked_after(special):  # should the FIFO be opened after all: EOF, not a hang
         assert main(argv) == 2
-    finally:
-        guard.cancel()
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"ppwtop: error: {special}: is a ") and "\n" not in err
     assert err.endswith("not a regular file") and "internal error" not in err
