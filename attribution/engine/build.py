@@ -49,6 +49,7 @@ from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import (
     MIN_JUDGED,
+    few_ends_w,
     idle_leverage,
     idle_lines,
     judge_idle,
@@ -833,10 +834,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
-        if judged.few is not None and prior is None:
-            # too few readings and no board value: P_idle may be anywhere from 0 to the lowest
-            # reading (every reading is P_idle plus non-negative activity power)
-            end_p += [0.0, float(np.min(y))]
+        end_p += few_ends_w(judged, prior, y)  # too few readings, no board value
         boot_block = max(1, block // per_row)  # the bootstrap's block, in rows
         # a short run: resampled in shorter blocks, its spread scaled by Student's t for the
         # few independent seconds it holds (boot_blocks)

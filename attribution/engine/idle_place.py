@@ -158,6 +158,15 @@ def few_why(n: int, held: tuple[float, float] | None) -> str:
                       f"; held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"))
 
 
+def few_ends_w(judged: IdleJudgement, board_w: float | None, y: F64) -> list[float]:
+    """The P_idle values an interval also spans when too few readings (``judged.few``) meet
+    a board with no table value to hold at: from 0 to the lowest reading (each reading is
+    P_idle plus non-negative activity power); nothing otherwise (both engines)."""
+    if judged.few is None or board_w is not None or not len(y):
+        return []
+    return [0.0, float(np.min(y))]
+
+
 def sanity_band_w(board_w: float) -> tuple[float, float]:
     """The P_idle values a held fit's intervals also span: the board's value ± the band."""
     return board_w * (1.0 - IDLE_SANITY), board_w * (1.0 + IDLE_SANITY)

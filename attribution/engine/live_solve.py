@@ -27,6 +27,7 @@ from attribution.engine.build import (
 from attribution.engine.idle_place import (
     NOT_JUDGED,
     IdleJudgement,
+    few_ends_w,
     idle_leverage_gram,
     judge_idle,
     sanity_band_w,
@@ -255,8 +256,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
     end_p = [float(e[0]) for e in ends] + ([held[0]] if held is not None else [])
-    if judged.few is not None and prior is None:  # as the batch engine: 0 .. lowest reading
-        end_p += [0.0, float(np.min(y))]
+    end_p += few_ends_w(judged, prior, y)  # as the batch engine
     floor_w = (board_floor_w(prior, gain_sigma)  # as the batch engine
                if tail_unplaced and prior is not None and held is None and p_idle > prior
                else None)
