@@ -89,6 +89,7 @@ from attribution.engine.timebase import (
     usable,
     window_fractions,
 )
+from attribution.engine.timing_checks import kernel_timing, timing_warnings
 from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, covered_ns, device_indices, idle_intervals
 from attribution.intsets import counts
@@ -986,6 +987,8 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         # profiler one process's): nothing says what ran there, so it is not this run's
         warnings.append(untraced_warning(untraced))
         devs = [d for d in devs if d in busy_devs]
+    for d in devs:
+        warnings += timing_warnings(d, kernel_timing(trace.kernels, d))
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
