@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attribution.engine import attribute, live, live_boost, live_redo, regress
+from attribution.engine import attribute, live, live_boost, live_redo, live_solve, regress
 from attribution.engine.activity import BusyFunction, items_for_device
 from attribution.engine.deltas import ITEMS, SAMPLES, Deltas
 from attribution.engine.live import LiveEngine
@@ -161,6 +161,40 @@ def test_gram_solve_is_regress_fit() -> None:
             sol = solve_gram(*gram(x, y), 90.0, pooled=centre * 2.0, idle_weight=w)
             assert sol[0] == pytest.approx(f.p_idle_w, rel=1e-7)
             assert np.allclose(sol[1:], f.dp_w, rtol=1e-6, atol=1e-6)
+
+
+def test_gram_solve_weighs_the_prior_as_the_batch_fit_on_a_short_run() -> None:
+    """``prior_scale`` (the ΔP prior's weight on a run under 20 s) reaches the Gram form's
+    prior rows as the batch fit's: the same solution, and not the unscaled one."""
+    rng = np.random.default_rng(9)
+    x = rng.random((40, 3)) * np.array([0.02, 0.5, 0.3])  # one weakly exposed class
+    y = 60.0 + x @ np.array([250.0, 120.0, 40.0]) + rng.normal(0.0, 5.0, 40)
+    f = regress.fit(x, y, 60.0, prior_scale=0.1)
+    sol = solve_gram(*gram(x, y), 60.0, prior_scale=0.1)
+    assert sol[0] == pytest.approx(f.p_idle_w, rel=1e-7)
+    assert np.allclose(sol[1:], f.dp_w, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(solve_gram(*gram(x, y), 60.0)[1:], f.dp_w, rtol=1e-6, atol=1e-6)
+
+
+def test_the_live_fit_weighs_the_prior_for_its_horizon(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The live engine passes the prior's weight for its window's span, as the batch engine
+    does for its run: a 5 s horizon, a quarter of the weight."""
+    seen: list[float] = []
+    real = live_solve.fit_device
+
+    def spy(**kw: Any) -> Any:
+        seen.append(kw["prior_scale"])
+        return real(**kw)
+
+    monkeypatch.setattr("attribution.engine.live.fit_device", spy)
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=12.0, seed=2).trace
+    snap = drive(trace, LiveEngine(devices=trace.devices, horizon_s=5.0))
+    assert snap is not None and seen
+    span_s = (snap.window.end_ns - snap.window.start_ns) * 1e-9
+    assert 4.0 < span_s <= 5.0
+    assert seen[-1] == pytest.approx(regress.prior_scale_for(span_s))
+    assert max(seen) < 0.26
 
 
 def test_gram_bootstrap_spread_matches_the_reading_bootstrap() -> None:

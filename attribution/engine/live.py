@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from attribution.engine import regress
 from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.aliasing import phase_locked
 from attribution.engine.build import BLOCK_S, _fit_window, untraced_warning
@@ -542,7 +543,8 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
-            parts.append(self._device_part(st, sums, xs, y, hs, first=not parts))
+            parts.append(self._device_part(st, sums, xs, y, hs, first=not parts,
+                                           span_s=(win[1] - win[0]) * 1e-9))
         snap = assemble(parts, win)
         if untraced:
             snap = dataclasses.replace(snap, warnings=(untraced_warning(untraced),
@@ -550,7 +552,8 @@ class LiveEngine:
         return snap
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
-                     hs: list[F64] | None = None, *, first: bool = True) -> DevicePart:
+                     hs: list[F64] | None = None, *, first: bool = True,
+                     span_s: float = math.inf) -> DevicePart:
         um = st.units.of(st.classes)
         block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
         if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
@@ -561,7 +564,8 @@ class LiveEngine:
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
                        seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
                        phase_locked=phase_locked(st.spread), has_power=st.field is not None,
-                       tail_unplaced=st.boost.tail_unplaced)
+                       tail_unplaced=st.boost.tail_unplaced,
+                       prior_scale=regress.prior_scale_for(span_s))
         steps = st.steps.view()
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,

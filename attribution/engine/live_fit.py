@@ -110,11 +110,12 @@ def block_stats(a: F64, y: F64, nb: int) -> tuple[F64, F64]:
 
 def bootstrap_blocks(gb: F64, vb: F64, p_idle_prior_w: float | None, *, n_boot: int,
                      seed: int = 0, pooled: float | F64 | None = None,
-                     idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+                     idle_weight: float = regress.IDLE_PRIOR_READINGS,
+                     prior_scale: float = 1.0) -> tuple[F64, F64]:
     """Block-bootstrap replicates of (P_idle, ΔP) from per-block statistics
     (:func:`block_stats`): a replicate is a multinomial draw of the blocks, i.e. one matrix
-    product for all replicates, then the priors (same ``pooled`` centre and ``idle_weight``
-    for every replicate) and one NNLS each."""
+    product for all replicates, then the priors (same ``pooled`` centre, ``idle_weight`` and
+    ``prior_scale`` for every replicate) and one NNLS each."""
     nb, w = vb.shape
     g = w - 1
     p = np.zeros(n_boot)
@@ -126,11 +127,12 @@ def bootstrap_blocks(gb: F64, vb: F64, p_idle_prior_w: float | None, *, n_boot: 
     m_all = (counts @ gb).reshape(n_boot, w, w)
     v_all = counts @ vb
     if pooled is not None:  # one prior for every replicate: one stacked solve
-        fixed = prior_gram(g, pooled, p_idle_prior_w, idle_weight)
+        fixed = prior_gram(g, pooled, p_idle_prior_w, idle_weight, prior_scale)
         sols = nnls_grams(m_all + fixed[0], v_all + fixed[1])
         return sols[:, 0].copy(), sols[:, 1:].copy()
     for b in range(n_boot):
-        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight)
+        sol = solve_gram(m_all[b], v_all[b], p_idle_prior_w, idle_weight=idle_weight,
+                         prior_scale=prior_scale)
         p[b] = sol[0]
         dp[b] = sol[1:]
     return p, dp
@@ -138,10 +140,11 @@ def bootstrap_blocks(gb: F64, vb: F64, p_idle_prior_w: float | None, *, n_boot: 
 
 def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int, block: int,
                    seed: int = 0, pooled: float | F64 | None = None,
-                   idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+                   idle_weight: float = regress.IDLE_PRIOR_READINGS,
+                   prior_scale: float = 1.0) -> tuple[F64, F64]:
     """Block-bootstrap replicates of (P_idle, ΔP) as :func:`regress.bootstrap` draws them
-    (same ``pooled`` centre and ``idle_weight`` for every replicate), with non-overlapping
-    blocks and the fit done on summed block statistics."""
+    (same ``pooled`` centre, ``idle_weight`` and ``prior_scale`` for every replicate), with
+    non-overlapping blocks and the fit done on summed block statistics."""
     k, g = x.shape
     a, nb = design_blocks(k, g + 1, block)
     a[:k, 0] = 1.0
@@ -150,7 +153,7 @@ def bootstrap_gram(x: F64, y: F64, p_idle_prior_w: float | None, *, n_boot: int,
     yy[:k] = y
     gb, vb = block_stats(a, yy, nb)
     return bootstrap_blocks(gb, vb, p_idle_prior_w, n_boot=n_boot, seed=seed, pooled=pooled,
-                            idle_weight=idle_weight)
+                            idle_weight=idle_weight, prior_scale=prior_scale)
 
 
 def gram(x: F64, y: F64) -> tuple[F64, F64]:
@@ -160,35 +163,39 @@ def gram(x: F64, y: F64) -> tuple[F64, F64]:
 
 
 def prior_gram(g: int, pooled: float | F64, p_idle_prior_w: float | None,
-               idle_weight: float = regress.IDLE_PRIOR_READINGS) -> tuple[F64, F64]:
+               idle_weight: float = regress.IDLE_PRIOR_READINGS,
+               prior_scale: float = 1.0) -> tuple[F64, F64]:
     """``(A_pᵀA_p, A_pᵀb_p)`` of the batch fit's prior rows (:func:`regress.prior_system`)."""
-    a_p, b_p = regress.prior_system(g, pooled, p_idle_prior_w, idle_weight=idle_weight)
+    a_p, b_p = regress.prior_system(g, pooled, p_idle_prior_w, idle_weight=idle_weight,
+                                    prior_scale=prior_scale)
     return np.asarray(a_p.T @ a_p, np.float64), np.asarray(a_p.T @ b_p, np.float64)
 
 
 def solve_gram(m: F64, v: F64, p_idle_prior_w: float | None, *,
                pooled: float | F64 | None = None,
                idle_weight: float = regress.IDLE_PRIOR_READINGS,
-               prior: tuple[F64, F64] | None = None) -> F64:
+               prior: tuple[F64, F64] | None = None, prior_scale: float = 1.0) -> F64:
     """:func:`regress.fit` from ``gram(x, y)`` alone -- the same prior rows
-    (:func:`regress.prior_system`: ``pooled`` centre, default the all-busy pooled ΔP, and
-    ``idle_weight``; or ``prior`` = :func:`prior_gram` already built), the same NNLS
-    minimiser: ``[P_idle, ΔP_1, …]``."""
+    (:func:`regress.prior_system`: ``pooled`` centre, default the all-busy pooled ΔP,
+    ``idle_weight`` and the ΔP prior's ``prior_scale``; or ``prior`` = :func:`prior_gram`
+    already built), the same NNLS minimiser: ``[P_idle, ΔP_1, …]``."""
     return _nnls_gram(*with_prior(m, v, p_idle_prior_w, pooled=pooled,
-                                  idle_weight=idle_weight, prior=prior))
+                                  idle_weight=idle_weight, prior=prior,
+                                  prior_scale=prior_scale))
 
 
 def with_prior(m: F64, v: F64, p_idle_prior_w: float | None, *,
                pooled: float | F64 | None = None,
                idle_weight: float = regress.IDLE_PRIOR_READINGS,
-               prior: tuple[F64, F64] | None = None) -> tuple[F64, F64]:
+               prior: tuple[F64, F64] | None = None,
+               prior_scale: float = 1.0) -> tuple[F64, F64]:
     """The Gram system :func:`solve_gram` minimises: ``gram(x, y)`` plus the prior rows'
     (arguments as :func:`solve_gram`'s), for a caller that stacks several into
     :func:`nnls_grams`."""
     if prior is None:
         if pooled is None:
             pooled = regress.pooled_fit_gram(m, v)
-        prior = prior_gram(len(v) - 1, pooled, p_idle_prior_w, idle_weight)
+        prior = prior_gram(len(v) - 1, pooled, p_idle_prior_w, idle_weight, prior_scale)
     return m + prior[0], v + prior[1]
 
 

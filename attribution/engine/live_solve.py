@@ -157,7 +157,8 @@ def _percentiles(e: F64) -> tuple[F64, F64, np.ndarray]:
 def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPreset | None,
                block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
                tail: list[F64] | None = None, phase_locked: bool = False,
-               has_power: bool = True, tail_unplaced: bool = False) -> DeviceFit:
+               has_power: bool = True, tail_unplaced: bool = False,
+               prior_scale: float = 1.0) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
     ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
@@ -170,7 +171,9 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     with one but no reading in the horizon, idle runs at the board's value).
     ``tail_unplaced`` (``live_boost.Boost.tail_unplaced``): P_idle may hold the boost tail's
     power, so its interval reaches the board's value where the fit lies above it (the batch
-    engine also spans the classes over a fit held there; the live one does not)."""
+    engine also spans the classes over a fit held there; the live one does not).
+    ``prior_scale``: the ΔP prior's weight for the horizon's span
+    (``regress.prior_scale_for``, as the batch engine's for its run)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -208,7 +211,8 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     def sse_of(s: F64) -> float:  # the readings' residual sum of squares at a solution
         return float(y @ y) - 2.0 * float(s @ v) + float(s @ m @ s)
 
-    sol = solve_gram(m, v, prior, pooled=centre)
+    ps = prior_scale
+    sol = solve_gram(m, v, prior, pooled=centre, prior_scale=ps)
     judged = judge_idle(float(sol[0]), prior, rss_w2=sse_of(sol), n=n_rd, n_params=width,
                         block=block, leverage=idle_leverage_gram(m), phase_locked=phase_locked)
     if judged.hold:
@@ -216,13 +220,13 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         # and flag every class
         fitted = float(sol[0])
         idle_w = HELD_IDLE_READINGS * len(y)
-        sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w)
+        sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w, prior_scale=ps)
         held = (fitted, float(sol[0]))
     p_idle, dp = float(sol[0]), sol[1:n_groups + 1]
     rms = float(np.sqrt(max(sse_of(sol), 0.0) / len(y)))
     # bootstrap replicates into the pool (ΔP per unit, mapped through this tick's groups)
     pb, dpb = bootstrap_blocks(gb, vb, prior, n_boot=boot_per_tick, seed=seed, pooled=centre,
-                               idle_weight=idle_w)
+                               idle_weight=idle_w, prior_scale=ps)
     # a unit that did not run in this horizon has no ΔP here: NaN, so a later horizon in which
     # it runs reads its interval from the replicates that saw it (as for units newer than these)
     pool.add(pb, _per_unit(dpb, group, np.nan), n_boot)
@@ -238,19 +242,21 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ends_sys = []
     for i in (1, 2):
         d = design(i, a[:n_rd])  # a's block statistics are taken
-        ends_sys.append(with_prior(d.T @ d, d.T @ y, prior, pooled=centre, idle_weight=idle_w))
+        ends_sys.append(with_prior(d.T @ d, d.T @ y, prior, pooled=centre, idle_weight=idle_w,
+                                   prior_scale=ps))
     span = regress.prior_span(sol[1:], centre, kinds, m[0, 1:])
-    ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w) for k in span]
+    ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w,
+                            prior_scale=ps) for k in span]
     if prior is not None and judged.hold and not phase_locked:
         # held because the readings do not place P_idle: anywhere the sanity band allows
-        ends_sys += [with_prior(m, v, band_w, pooled=centre, idle_weight=idle_w)
-                     for band_w in sanity_band_w(prior)]
+        ends_sys += [with_prior(m, v, band_w, pooled=centre, idle_weight=idle_w,
+                                prior_scale=ps) for band_w in sanity_band_w(prior)]
     ends = list(nnls_grams(np.array([s[0] for s in ends_sys]),
                            np.array([s[1] for s in ends_sys])))
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail
         k = n_groups + 1  # (the batch engine also drops the slow stage: docs/attribution.md)
         ends.append(solve_gram(m[:k, :k], v[:k], prior, pooled=centre[:n_groups],
-                               idle_weight=idle_w))
+                               idle_weight=idle_w, prior_scale=ps))
     e_ends = np.array([e[1:n_groups + 1] @ g_c for e in ends])
     lo = np.fmin(lo, e_ends.min(axis=0))
     hi = np.fmax(hi, e_ends.max(axis=0))
