@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 
@@ -71,6 +72,25 @@ def test_time_zone_mixup_is_shifted_with_a_warning(sim_dir: Path, tmp_path: Path
     snap = read_snapshot(out)
     assert any("shifted" in w for w in snap.warnings)
     assert snap.totals.energy_j > 0
+
+
+def test_a_kineto_trace_whose_kernel_durations_were_lost_is_told(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every kernel's ``dur`` 0 in the file: the importer keeps them, the engine gives them
+    0 J, and stderr and the snapshot say why (exit 0: the input is usable, the data kept)."""
+    doc = orjson.loads(gzip.decompress((sim_dir / "trace.json.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels:
+        e["dur"] = 0
+    trace, out = tmp_path / "dur0.json", tmp_path / "snap.json"
+    trace.write_bytes(orjson.dumps(doc))
+    assert main(["attribute", "--trace", str(trace), "--power", str(sim_dir / "power.csv"),
+                 "--power-tz", "UTC", "-o", str(out)]) == 0
+    line = f"GPU 0: {len(kernels)} of {len(kernels)} kernels (100%) have no duration"
+    assert f"ppwtop: warning: {line}" in capsys.readouterr().err
+    snap = read_snapshot(out)
+    assert any(w.startswith(line) for w in snap.warnings)
+    assert sum(k.energy_j for k in snap.kernels) == 0.0
 
 
 def test_power_log_that_never_overlaps_is_an_input_error(
