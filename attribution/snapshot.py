@@ -138,6 +138,7 @@ class CopyRow:
     dynamic_energy_j: float
     dynamic_energy_ci_j: tuple[float, float] = (0.0, 0.0)
     resolvable: bool = True
+    why: str = ""  # why it is (not) resolvable, as a kernel row's
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -163,6 +163,29 @@ def test_a_saturated_consumer_board_holds_its_active_idle(engine: str) -> None:
 
 
 @pytest.mark.parametrize("engine", ["batch", "live"])
+def test_a_saturated_unknown_board_spans_active_idle_from_zero(engine: str) -> None:
+    """The saturated run above on a board the table does not know: nothing to hold P_idle
+    at, so it stays where the fit put it, but its interval reaches from 0 W to the lowest
+    reading (it read the bootstrap's few watts), the line says to pass --gpu, and (batch)
+    each class's interval spans the fits with P_idle at both ends and holds the truth."""
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], p_launch_gap=0.0, p_sync=0.0,
+                               p_stall=0.0, copies=())
+    res = simulate("varied_mix", "rtx3090", 40.0, seed=7, spec=spec)
+    trace = res.trace
+    trace.devices = [dataclasses.replace(d, name="Mystery GPU") for d in trace.devices]
+    snap = _engine_snapshot(trace, engine)
+    assert snap.gpus[0].model == "unknown"
+    lo_w, hi_w = snap.meta["active_idle_ci_w"]["0"]
+    assert lo_w == 0.0 and hi_w >= float(trace.power.power_mw.min()) / 1000.0
+    assert any("busy throughout" in w and "pass --gpu MODEL" in w for w in snap.warnings)
+    assert all(not k.resolvable and "pass --gpu MODEL" in (k.why or "") for k in snap.kernels)
+    if engine == "batch":
+        for k in snap.kernels:
+            lo, hi = k.dynamic_energy_ci_j
+            assert lo <= res.truth.class_dynamic_j[f"kernel:{k.name}"] <= hi
+
+
+@pytest.mark.parametrize("engine", ["batch", "live"])
 @pytest.mark.parametrize("gpu", ["rtx3090", "rtx4090"])
 def test_active_idle_interval_reaches_the_board_where_no_tail_can_be_placed(
         gpu: str, engine: str) -> None:
@@ -194,6 +217,25 @@ def test_a_degenerate_fit_the_readings_do_not_pin_is_still_held() -> None:
     assert snap.totals.active_idle_w == pytest.approx(130.0, abs=1.0)
     assert k.why is not None and k.why.startswith("fit is degenerate")
     assert not any("kept" in w for w in snap.warnings)
+    # and the snapshot says so once, not only in each class's why (found by an audit)
+    (line,) = [w for w in snap.warnings if w.startswith("GPU 0: active idle fitted at")]
+    assert "more than 50% off the board's 130 W" in line and "held at 130 W" in line
+
+
+@pytest.mark.parametrize("engine", ["batch", "live"])
+def test_a_power_log_of_another_run_is_told(engine: str) -> None:
+    """An A100 trace with the power log of another A100 run (demo's, same length): the fit
+    puts active idle far off the board's value and is held; both engines now say so in a
+    warning (the copy had read 26x its truth with none)."""
+    res = simulate("varied_mix", "a100", 30.0, seed=13)
+    other = simulate("demo", "a100", 30.0, seed=13).trace
+    shift = int(res.trace.power.t_ns[0] - other.power.t_ns[0])
+    trace = dataclasses.replace(res.trace, power=other.power.shifted(shift),
+                                energy=other.energy.shifted(shift))
+    snap = _engine_snapshot(trace, engine)
+    assert any(w.startswith("GPU 0: active idle fitted at") and "another run" in w
+               for w in snap.warnings)
+    assert all(not k.resolvable for k in snap.kernels)
 
 
 @pytest.mark.parametrize("engine", ["batch", "live"])

@@ -34,6 +34,13 @@ from attribution.engine.aliasing import (
     spread_ratio,
     unanchored_warning,
 )
+from attribution.engine.blind import (
+    blind_anchor_warning,
+    blind_cap_w,
+    blind_to_work,
+    blind_warning,
+    blind_why,
+)
 from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
 from attribution.engine.boot_blocks import (
@@ -49,11 +56,11 @@ from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import (
     MIN_JUDGED,
-    few_ends_w,
     idle_leverage,
     idle_lines,
     judge_idle,
     sanity_band_w,
+    unheld_ends_w,
 )
 from attribution.engine.lag_refine import (
     lag_profile_ms,
@@ -202,6 +209,22 @@ def _preset(trace: Trace, device: int, gpu: str | None) -> GpuPreset | None:
         if d.index == device:
             return preset_for_name(d.name)
     return None
+
+
+def model_override_warning(trace: Trace, device: int, gpu: str | None) -> str | None:
+    """The line when the model asked for (``gpu``) is not the one the device's name denotes
+    (both known): its sensor model and board values are used, which a typo or a stale
+    script gets wrong without a word (an A100 attributed as an RTX 3090 held its active idle
+    at 130 W against 62 W)."""
+    if gpu is None:
+        return None
+    named = preset_for_name(_device_name(trace, device))
+    asked = get_preset(gpu)
+    if named is None or named.key == asked.key:
+        return None
+    return (f"GPU {device}: attributed as {asked.key} (asked for), but the trace names it "
+            f"{_device_name(trace, device)!r} ({named.key}): the {asked.key}'s sensor model "
+            "and board values are used")
 
 
 def _device_name(trace: Trace, device: int) -> str:
@@ -678,6 +701,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # the window has been fitted since
     same_window = placing is not None and placing.window_ms == window_ms
     bound_up: F64 | None = None  # set by the fit: upper ends of groups held at ΔP = 0
+    blind_reason: str | None = None  # set by the fit: the readings show none of the work
     if len(y) >= 1 and n_groups:
         lag, tau = (placing.kept if placing is not None and same_window else
                     fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss,
@@ -785,6 +809,12 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
             # band allows (phase-locked readings get their own interval below)
             prior_fits += [fit_rows(xf, band_w, pooled=centre, idle_weight=idle_w)
                            for band_w in sanity_band_w(prior)]
+        if prior is None:  # no board value to hold P_idle at where the readings cannot
+            # place it: the classes span the fits with it anywhere they allow
+            prior_fits += [fit_rows(xf, p_w, pooled=centre,
+                                    idle_weight=HELD_IDLE_READINGS * len(y))
+                           for p_w in unheld_ends_w(judged, prior, y,
+                                                    phase_locked=locked is not None)]
         if (tail_unplaced and preset is not None and prior is not None and not judged.hold
                 and f.p_idle_w > prior):
             # no tail candidate could be told from the constant (every idle gap alike): the
@@ -835,7 +865,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         end_p = [e.p_idle_w for e in lag_fits + prior_fits] + held_p
         if degenerate_w is not None:  # held at the board's value: the readings said this
             end_p.append(degenerate_w)
-        end_p += few_ends_w(judged, prior, y)  # too few readings, no board value
+        # too few readings, windows busy throughout or phase lock, and no board value
+        end_p += unheld_ends_w(judged, prior, y, phase_locked=locked is not None)
         boot_block = max(1, block // per_row)  # the bootstrap's block, in rows
         # a short run: resampled in shorter blocks, its spread scaled by Student's t for the
         # few independent seconds it holds (boot_blocks)
@@ -860,15 +891,29 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if tail is not None:
             tail_j = float(f.dp_w[n_groups]) * tail_energy_s(tail[0], tail[1], tail[2],
                                                               win[0], win[1])
-        if locked is not None:  # the counter knows the total the slice-bound fit cannot
-            fitted_j = float(np.asarray(dp) @ g_c_time.sum(axis=1))
+        window_s = (win[1] - win[0]) * 1e-9
+        group_time_s = g_c_time.sum(axis=1)
+        blind = (not judged.unplaced  # (busy throughout says why: the readings see it all)
+                 and blind_to_work(np.asarray(dp, np.float64), group_time_s, window_s, len(y)))
+        if locked is not None or blind:  # the counter knows the total the readings cannot
+            # readings that show none of the work fit no power to spread the counter's by:
+            # equal power per busy second (their split is unknown either way)
+            fit_dp = np.ones(n_groups) if blind else np.asarray(dp, np.float64)
+            fitted_j = float(fit_dp @ group_time_s)
             measured_j = counter_energy_j(trace, device, win[0], win[1])
             k = counter_scale(fitted_j, measured_j, p_idle * (win[1] - win[0]) * 1e-9 + tail_j)
             if k is not None:
-                dp, dp_boot, lag_dp, prior_dp = dp * k, dp_boot * k, lag_dp * k, prior_dp * k
-                warnings.append(anchor_warning(device, k, fitted_j))
-            else:
+                dp, dp_boot, lag_dp, prior_dp = fit_dp * k, dp_boot * k, lag_dp * k, prior_dp * k
+                warnings.append(blind_anchor_warning(device, fitted_j * k) if blind
+                                else anchor_warning(device, k, fitted_j))
+            elif locked is not None:
                 warnings.append(unanchored_warning(device, measured_j))
+            if blind:
+                cap_w = max(blind_cap_w(preset, p_idle), k if k is not None else 0.0)
+                bound_up = np.full(n_groups, cap_w)
+                share = float(group_time_s.sum()) / window_s
+                warnings.append(blind_warning(device, share, cap_w, anchored=k is not None))
+                blind_reason = blind_why(share)
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
@@ -908,6 +953,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if locked is not None and n_cls:  # the readings do not split the classes
         ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
+    if blind_reason is not None:
+        power_why = [blind_reason if w is None else w
+                     for w in (power_why if power_why is not None else [None] * n_cls)]
     resolvable, cluster, why = class_verdicts(
         dyn_j=class_dyn, ci_j=ci, group=group,
         pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,
@@ -989,6 +1037,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         devs = [d for d in devs if d in busy_devs]
     for d in devs:
         warnings += timing_warnings(d, kernel_timing(trace.kernels, d))
+        override = model_override_warning(trace, d, gpu)
+        if override is not None:
+            warnings.append(override)
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]

@@ -73,13 +73,19 @@ def idle_unplaced(leverage: float) -> bool:
     return leverage > IDLE_UNPLACED
 
 
-def unplaced_why(held: tuple[float, float] | None) -> str:
+NO_BOARD_HINT = ("no board model to hold it at (pass --gpu MODEL): anywhere from 0 W to the "
+                 "lowest reading")
+"""What the lines add where the board is unknown and the readings cannot place P_idle."""
+
+
+def unplaced_why(held: tuple[float, float] | None, *, board_known: bool = True) -> str:
     """Each class's reason (and the device's warning) when the readings do not place P_idle;
     ``held``: (fitted, held) P_idle when it was held at the board's value."""
     return ("busy throughout: every reading's window holds all but the same activity, so the "
             "readings cannot tell active idle from the kernels' power"
             + ("" if held is None else
-               f"; active idle held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"))
+               f"; active idle held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)")
+            + ("" if board_known else f"; {NO_BOARD_HINT}"))
 
 
 IDLE_SANITY = 0.5
@@ -158,11 +164,15 @@ def few_why(n: int, held: tuple[float, float] | None) -> str:
                       f"; held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"))
 
 
-def few_ends_w(judged: IdleJudgement, board_w: float | None, y: F64) -> list[float]:
-    """The P_idle values an interval also spans when too few readings (``judged.few``) meet
-    a board with no table value to hold at: from 0 to the lowest reading (each reading is
+def unheld_ends_w(judged: IdleJudgement, board_w: float | None, y: F64, *,
+                  phase_locked: bool = False) -> list[float]:
+    """The P_idle values an interval also spans when the readings cannot place P_idle (too
+    few of them, ``judged.few``; windows busy throughout, ``judged.unplaced``; phase lock) on
+    a board with no table value to hold it at: from 0 to the lowest reading (each reading is
     P_idle plus non-negative activity power); nothing otherwise (both engines)."""
-    if judged.few is None or board_w is not None or not len(y):
+    if board_w is not None or not len(y):
+        return []
+    if judged.few is None and not judged.unplaced and not phase_locked:
         return []
     return [0.0, float(np.min(y))]
 
@@ -180,6 +190,17 @@ def off_preset_warning(device: int, fitted_w: float, board_w: float, se_rel: flo
             f"±{100 * se_rel:.0f}% (1σ): this board idles differently from the table")
 
 
+def degenerate_warning(device: int, held: tuple[float, float]) -> str:
+    """The device's line when a fit off the sanity band that the readings do not pin was held
+    at the board's value (``held``: fitted, held); each class says "fit is degenerate"."""
+    return (f"GPU {device}: active idle fitted at {held[0]:.0f} W, more than "
+            f"{100 * IDLE_SANITY:.0f}% off the board's {held[1]:.0f} W, and the readings do not "
+            f"pin it: held at {held[1]:.0f} W and every class flagged (the readings say "
+            "little about active idle: few idle edges, a workload the sensor aliases; or they "
+            "or the board's value are not this GPU's: a power log of another run or machine, a "
+            "wrong --gpu)")
+
+
 def idle_lines(device: int, judged: IdleJudgement, *, p_idle_w: float, board_w: float | None,
                held: tuple[float, float] | None, phase_locked: bool
                ) -> tuple[str | None, list[str]]:
@@ -189,9 +210,12 @@ def idle_lines(device: int, judged: IdleJudgement, *, p_idle_w: float, board_w: 
     lines: list[str] = []
     if judged.few is not None:  # the device's warning is the trace window's (build)
         return few_why(judged.few, held), lines
-    reason = unplaced_why(held) if judged.unplaced and not phase_locked else None
+    reason = (unplaced_why(held, board_known=board_w is not None)
+              if judged.unplaced and not phase_locked else None)
     if reason is not None:
         lines.append(f"GPU {device}: {reason}")
+    elif held is not None and not phase_locked:  # held off the sanity band, not pinned
+        lines.append(degenerate_warning(device, held))
     if judged.off_table_se is not None and board_w is not None:
         lines.append(off_preset_warning(device, p_idle_w, board_w, judged.off_table_se))
     return reason, lines

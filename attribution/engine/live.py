@@ -42,6 +42,7 @@ import numpy as np
 from attribution.engine import regress
 from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.aliasing import phase_locked
+from attribution.engine.blind import blind_to_work
 from attribution.engine.build import BLOCK_S, _fit_window, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.lag_refine import LAG_SLACK_MS
@@ -567,6 +568,9 @@ class LiveEngine:
                        tail_unplaced=st.boost.tail_unplaced,
                        prior_scale=regress.prior_scale_for(span_s))
         steps = st.steps.view()
+        class_time_s = um.to_classes(sums["time_s"])
+        blind = (st.field is not None and not f.idle.unplaced  # (as the batch engine)
+                 and blind_to_work(f.class_dyn_j, class_time_s, span_s, len(y)))
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
             field=st.field.label if st.field is not None else "none",
@@ -575,7 +579,7 @@ class LiveEngine:
             class_source=um.source, class_key=um.key,
             group=f.class_group, n_groups=f.n_groups, g_c_time_s=f.g_c_time_s, gram_g=f.gram_g,
             p_idle_w=f.p_idle_w, dyn_j=f.class_dyn_j, rms_w=f.rms_w,
-            ci=f.ci, calls=um.to_classes(sums["calls"]), time_s=um.to_classes(sums["time_s"]),
+            ci=f.ci, calls=um.to_classes(sums["calls"]), time_s=class_time_s,
             share_s=um.to_classes(sums["share_s"]), bytes=um.to_classes(sums["bytes"]),
             idle_s=sums["idle_s"], idle_n=sums["idle_n"], n_readings=len(y),
             energy_t_ns=st.energy_t, energy_mj=st.energy_mj,
@@ -585,6 +589,8 @@ class LiveEngine:
             step_times=st.steps.times() if first and len(steps[0]) else None,
             held_idle_w=f.held_idle_w, idle=f.idle, tail_unplaced=f.tail_unplaced,
             phase_lock=st.spread if phase_locked(st.spread) else None,
+            blind_share=float(class_time_s.sum()) / span_s if blind else None,
+            step_busy_s=st.steps.busy_dot(np.ones(len(f.unit_dp_w))) if blind else None,
             slow_response=st.boost.slow,
             boost_tail_j=(f.tail_level_w * float(hs[0].sum()) * st.period_ms * 1e-3
                           if hs is not None else None))

@@ -24,10 +24,16 @@ from attribution.engine.aliasing import (
     locked_warning,
     unanchored_warning,
 )
+from attribution.engine.blind import (
+    blind_anchor_warning,
+    blind_cap_w,
+    blind_warning,
+    blind_why,
+)
 from attribution.engine.boost_span import stage_at_edge, stage_edge_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.idle_place import NOT_JUDGED, IdleJudgement, idle_lines
-from attribution.engine.live_fit import verdicts
+from attribution.engine.live_fit import ClassVerdict, verdicts
 from attribution.engine.live_solve import ClassCi
 from attribution.engine.rows import close_totals
 from attribution.engine.tail import tail_unplaced_warning
@@ -99,6 +105,10 @@ class DevicePart:
     """P_idle's interval reaches the board's value: no boost tail could be placed."""
     phase_lock: float | None = None
     """The readings' activity spread ratio when they are phase-locked to the workload."""
+    blind_share: float | None = None
+    """The busy share of the window when the readings show none of the work (``blind``)."""
+    step_busy_s: F64 | None = None
+    """Each step's busy time (set with ``blind_share``: the counter's energy spread by it)."""
     boost_tail_j: float | None = None
     """Energy of the fitted consumer boost tail over the horizon (None: not modelled)."""
     slow_response: tuple[float, float] = (0.0, 0.0)
@@ -123,9 +133,15 @@ def _class_ci(p: DevicePart, dyn_j: F64) -> tuple[F64, I64]:
 
 def _device_rows(p: DevicePart, unplaced: str | None = None
                  ) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow], list[list[str]]]:
+    v = _part_verdicts(p, unplaced)
+    return _rows(p, v)
+
+
+def _part_verdicts(p: DevicePart, unplaced: str | None) -> ClassVerdict:
+    """The classes' verdicts and intervals; under ``blind``, every class flagged with its
+    reason and its interval reaching the board's power limit over its busy time."""
     n = len(p.labels)
     dyn = p.dyn_j
-    energy = dyn + p.p_idle_w * p.share_s
     ci, computed = _class_ci(p, dyn)
     has_power = p.field != "none"
     v = verdicts(dyn_j=dyn, ci_j=ci, group=p.group, n_groups=p.n_groups, gram_g=p.gram_g,
@@ -133,16 +149,35 @@ def _device_rows(p: DevicePart, unplaced: str | None = None
                  has_power=has_power, computed=computed, held_idle=p.held_idle_w,
                  phase_lock=p.phase_lock, idle_unplaced=unplaced,
                  boost_modelled=p.boost_tail_j is not None)
+    ci_j = np.asarray(v.ci_j, np.float64).reshape(-1, 2)
+    if p.phase_lock is not None and n:  # the readings do not split the classes
+        ci_j = np.column_stack(locked_interval(ci_j[:, 0], ci_j[:, 1], dyn))
+    if p.blind_share is not None and n:
+        cap_w = max(blind_cap_w(p.preset, p.p_idle_w), _blind_w(p))
+        ci_j = np.column_stack([ci_j[:, 0], np.maximum(ci_j[:, 1], cap_w * p.time_s)])
+        return dataclasses.replace(v, ci_j=ci_j, resolvable=(False,) * n,
+                                   why=(blind_why(p.blind_share),) * n)
+    return dataclasses.replace(v, ci_j=ci_j)
+
+
+def _blind_w(p: DevicePart) -> float:
+    """ΔP the counter's anchoring gave every busy second under ``blind`` (0 if none)."""
+    t = float(np.sum(p.time_s))
+    return float(np.sum(p.dyn_j)) / t if t > 0 else 0.0
+
+
+def _rows(p: DevicePart, v: ClassVerdict
+          ) -> tuple[list[KernelRow], list[CopyRow], list[IdleRow], list[list[str]]]:
+    n = len(p.labels)
+    dyn = p.dyn_j
+    energy = dyn + p.p_idle_w * p.share_s
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []
     # the columns as Python numbers once (the same floats as indexing them one at a time,
     # at a fraction of the cost for hundreds of classes)
     calls, time_s = np.asarray(p.calls).tolist(), np.asarray(p.time_s, np.float64).tolist()
     e_l, d_l = np.asarray(energy, np.float64).tolist(), np.asarray(dyn, np.float64).tolist()
-    ci_j = np.asarray(v.ci_j, np.float64).reshape(-1, 2)
-    if p.phase_lock is not None and n:  # the readings do not split the classes
-        ci_j = np.column_stack(locked_interval(ci_j[:, 0], ci_j[:, 1], dyn))
-    lo_l, hi_l = ci_j.T.tolist()
+    lo_l, hi_l = np.asarray(v.ci_j, np.float64).reshape(-1, 2).T.tolist()
     nbytes = np.asarray(p.bytes).tolist()
     for c in range(n):
         if calls[c] == 0 and time_s[c] <= 0:
@@ -163,7 +198,7 @@ def _device_rows(p: DevicePart, unplaced: str | None = None
                 kind=kind, memory=mem, gpu=p.device, calls=int(calls[c]),
                 bytes=int(nbytes[c]), time_s=t, energy_j=e,
                 dynamic_energy_j=d_l[c], dynamic_energy_ci_j=cij,
-                resolvable=v.resolvable[c]))
+                resolvable=v.resolvable[c], why=v.why[c]))
     idle = [IdleRow(cause=cause, gpu=p.device, time_s=float(p.idle_s[i]),
                     energy_j=p.p_idle_w * float(p.idle_s[i]), count=int(p.idle_n[i]))
             for i, cause in enumerate(IDLE_CAUSES)]
@@ -209,6 +244,20 @@ def _anchored(p: DevicePart, measured_j: float | None, warnings: list[str]) -> D
     return dataclasses.replace(p, dyn_j=p.dyn_j * k, step_dyn_j=p.step_dyn_j * k, ci=ci)
 
 
+def _blind_anchored(p: DevicePart, measured_j: float | None) -> tuple[DevicePart, bool]:
+    """A part whose readings show none of the work, with the energy counter's energy above
+    active idle spread over the classes and steps by busy time (the batch engine's rule);
+    the part itself when there is nothing to anchor to."""
+    busy_s = float(np.sum(p.time_s))
+    other_j = p.p_idle_w * (float(np.sum(p.share_s)) + float(np.sum(p.idle_s)))
+    k = counter_scale(busy_s, measured_j, other_j + (p.boost_tail_j or 0.0))
+    if k is None:
+        return p, False
+    steps = p.step_busy_s if p.step_busy_s is not None else np.zeros_like(p.step_dyn_j)
+    return dataclasses.replace(p, dyn_j=k * np.asarray(p.time_s, np.float64),
+                               step_dyn_j=k * steps), True
+
+
 def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     """The contract snapshot of the horizon ``win`` from each device's part."""
     kernels: list[KernelRow] = []
@@ -219,15 +268,27 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     clusters: list[dict[str, object]] = []
     measured = 0.0
     have_measured = bool(parts)
+    settled: list[DevicePart] = []
     for part in parts:
         p = part
         en = Trace(energy=EnergyBatch.from_columns({
             "t_ns": p.energy_t_ns, "energy_mj": p.energy_mj,
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
         mj = counter_energy_j(en, p.device, win[0], win[1])
+        share = p.blind_share
         if p.phase_lock is not None:
             warnings.append(locked_warning(p.device, p.phase_lock, held=p.preset is not None))
-            p = _anchored(p, mj, warnings)
+            if share is None:  # (readings that show none of the work are anchored below)
+                p = _anchored(p, mj, warnings)
+        if share is not None:
+            p, anchored = _blind_anchored(p, mj)
+            if anchored:
+                warnings.append(blind_anchor_warning(p.device, float(np.sum(p.dyn_j))))
+            elif p.phase_lock is not None:
+                warnings.append(unanchored_warning(p.device, mj))
+            warnings.append(blind_warning(
+                p.device, share, max(blind_cap_w(p.preset, p.p_idle_w), _blind_w(p)),
+                anchored=anchored))
         unplaced, lines = idle_lines(
             p.device, p.idle, p_idle_w=p.p_idle_w, held=p.held_idle_w,
             board_w=p.preset.active_idle_w if p.preset is not None else None,
@@ -238,6 +299,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
                                                   classes=False))
         if stage_at_edge(p.slow_response):
             warnings.append(stage_edge_warning(p.device, p.slow_response, blocks=False))
+        settled.append(p)  # anchored: the steps read the same energies as the rows
         k, c, i, members = _device_rows(p, unplaced)
         clusters += [{"id": f"cluster{j}", "gpu": p.device, "members": m}
                      for j, m in enumerate(members)]
@@ -277,7 +339,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
     return Snapshot(
         gpus=tuple(gpus), window=Window(win[0], win[1]), totals=totals,
         kernels=tuple(rows_by_energy(kernels)), copies=tuple(rows_by_energy(copies)),
-        idle=tuple(idle), steps=_steps(parts, win),
+        idle=tuple(idle), steps=_steps(settled, win),
         inefficiencies=rank_rows(
             RowInputs(tuple(kernels), tuple(copies), tuple(idle), total),
             {p.device: (p.ci.p_idle_w if p.ci else (p.p_idle_w, p.p_idle_w)) for p in parts}),

@@ -27,10 +27,10 @@ from attribution.engine.build import (
 from attribution.engine.idle_place import (
     NOT_JUDGED,
     IdleJudgement,
-    few_ends_w,
     idle_leverage_gram,
     judge_idle,
     sanity_band_w,
+    unheld_ends_w,
 )
 from attribution.engine.live_clamp import UnitMap, class_time_by_group, ranked_groups, unit_kinds
 from attribution.engine.live_fit import (
@@ -251,6 +251,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
         # held because the readings do not place P_idle: anywhere the sanity band allows
         ends_sys += [with_prior(m, v, band_w, pooled=centre, idle_weight=idle_w,
                                 prior_scale=ps) for band_w in sanity_band_w(prior)]
+    if prior is None:  # as the batch engine: no board value to hold P_idle at
+        ends_sys += [with_prior(m, v, p_w, pooled=centre, idle_weight=HELD_IDLE_READINGS * n_rd,
+                                prior_scale=ps)
+                     for p_w in unheld_ends_w(judged, prior, y, phase_locked=phase_locked)]
     ends = list(nnls_grams(np.array([s[0] for s in ends_sys]),
                            np.array([s[1] for s in ends_sys])))
     if tail is not None:  # the boost model is itself uncertain: the fit without the tail
@@ -262,7 +266,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     hi = np.fmax(hi, e_ends.max(axis=0))
     gain_sigma = preset.gain_sigma if preset is not None else GAIN_SIGMA
     end_p = [float(e[0]) for e in ends] + ([held[0]] if held is not None else [])
-    end_p += few_ends_w(judged, prior, y)  # as the batch engine
+    end_p += unheld_ends_w(judged, prior, y, phase_locked=phase_locked)  # as the batch engine
     floor_w = (board_floor_w(prior, gain_sigma)  # as the batch engine
                if tail_unplaced and prior is not None and held is None and p_idle > prior
                else None)

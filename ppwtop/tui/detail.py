@@ -58,6 +58,8 @@ def detail_text(row: KernelRow | CopyRow | IdleRow, snap: Snapshot | None) -> st
             f"bytes         {fmt_num(row.bytes / 1e9)} GB ({fmt_num(gbps)} GB/s)",
             "resolvable    " + ("[green]yes[/]" if row.resolvable else "[yellow]no[/]"),
         ]
+        if row.why:
+            lines.append(f"why: {esc(row.why)}")
     else:
         lines += [
             f"[b]idle[/] {esc(row.cause)}",
