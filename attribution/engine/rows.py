@@ -69,7 +69,7 @@ def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], l
             copies.append(CopyRow(
                 kind=kind, memory=mem, gpu=r.device, calls=int(calls[c]), bytes=int(nbytes[c]),
                 time_s=t, energy_j=float(energy[c]), dynamic_energy_j=float(r.class_dynamic_j[c]),
-                dynamic_energy_ci_j=ci, resolvable=r.class_resolvable[c]))
+                dynamic_energy_ci_j=ci, resolvable=r.class_resolvable[c], why=r.class_why[c]))
     return kernels, copies
 
 
