@@ -69,6 +69,8 @@ def test_time_zone_mixup_is_shifted_with_a_warning(sim_dir: Path, tmp_path: Path
     assert rc == 0
     err = capsys.readouterr().err
     assert "shifted by +5.50 h" in err
+    # the zone was given: the hint is about it, not to give one
+    assert "--power-tz +05:30 may not be the zone the log was written in" in err
     snap = read_snapshot(out)
     assert any("shifted" in w for w in snap.warnings)
     assert snap.totals.energy_j > 0
@@ -240,8 +242,28 @@ def test_device_name_from_the_power_log(tmp_path: Path) -> None:
 
     tr = Trace(devices=[DeviceInfo(0, ""), DeviceInfo(1, "Tesla V100-SXM2-32GB")])
     pw = Trace(devices=[DeviceInfo(0, "NVIDIA A100-SXM4-80GB"), DeviceInfo(1, "other")])
-    fill_device_names(tr, pw)
+    assert fill_device_names(tr, pw) == []  # "other" names no known model: nothing to say
     assert [d.name for d in tr.devices] == ["NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"]
+    # a log whose GPU is another model than the trace's: kept, and told
+    pw = Trace(devices=[DeviceInfo(1, "NVIDIA H100 80GB HBM3")])
+    (line,) = fill_device_names(tr, pw)
+    assert line.startswith("GPU 1: the trace names it 'Tesla V100-SXM2-32GB' (v100) but the "
+                           "power log 'NVIDIA H100 80GB HBM3' (h100)")
+    assert tr.devices[1].name == "Tesla V100-SXM2-32GB"
+
+
+def test_a_gpu_model_that_contradicts_the_trace_is_told(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "snap.json"
+    args = ["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+            str(sim_dir / "power.csv"), "--power-tz", "UTC", "-o", str(out)]
+    assert main([*args, "--gpu", "rtx3090"]) == 0
+    line = ("GPU 0: attributed as rtx3090 (asked for), but the trace names it "
+            "'NVIDIA A100-SXM4-80GB' (a100)")
+    assert f"ppwtop: warning: {line}" in capsys.readouterr().err
+    assert any(w.startswith(line) for w in read_snapshot(out).warnings)
+    assert main([*args, "--gpu", "A100"]) == 0  # the same model: nothing to say
+    assert "attributed as" not in capsys.readouterr().err
 
 
 def test_garbage_csv_rows_are_skipped_counted_and_reported(tmp_path: Path,

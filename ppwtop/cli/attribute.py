@@ -15,6 +15,7 @@ import numpy as np
 from attribution.engine import attribute
 from attribution.engine.build import trace_window
 from attribution.model import POLL_TIME_KEY, Trace
+from attribution.presets import preset_for_name
 from ppwtop.cli.common import parser, positive_float, utf8_text
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
@@ -59,15 +60,28 @@ def _shift_power(power: Trace, delta_ns: int) -> Trace:
     return out
 
 
-def fill_device_names(trace: Trace, power: Trace) -> None:
+def fill_device_names(trace: Trace, power: Trace) -> list[str]:
     """Give trace devices without a name the power log's name for the same index (the CSV's
-    ``name`` column picks the preset when the trace has no ``deviceProperties``)."""
+    ``name`` column picks the preset when the trace has no ``deviceProperties``); a line for
+    each device the two name as different models (a log of another machine?)."""
     names = {d.index: d.name for d in power.devices if d.name}
+    lines = []
+    for d in trace.devices:
+        other = names.get(d.index)
+        if not (d.name and other):
+            continue
+        mine, theirs = preset_for_name(d.name), preset_for_name(other)
+        if mine is not None and theirs is not None and mine.key != theirs.key:
+            lines.append(f"GPU {d.index}: the trace names it {d.name!r} ({mine.key}) but the "
+                         f"power log {other!r} ({theirs.key}): a log of another machine? The "
+                         "split of readings that do not follow the trace is not to be trusted")
     trace.devices = [dataclasses.replace(d, name=names.get(d.index, d.name)) if not d.name
                      else d for d in trace.devices]
+    return lines
 
 
-def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]]:
+def merge_power(trace: Trace, power: Trace, path: str, *, tz: str | None = None
+                ) -> tuple[Trace, list[str]]:
     """``trace`` merged with the power log read from ``path``, as ``ppwtop attribute`` and
     ``export`` merge it: shifted by whole quarter hours when only that overlaps the trace (a
     warning says so), the log's device names given to unnamed trace devices, and the trace's
@@ -81,8 +95,10 @@ def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]
         except ValueError as e:
             raise InputError(path, str(e)) from None
         if shift:
+            hint = ("pass --power-tz" if tz is None else
+                    f"--power-tz {tz} may not be the zone the log was written in")
             warnings.append(f"power log {path} shifted by {shift / 3.6e12:+.2f} h to "
-                            "overlap the trace (time-zone mix-up? pass --power-tz)")
+                            f"overlap the trace (time-zone mix-up? {hint})")
             power = _shift_power(power, shift)
     own = [f for f in ("power", "energy", "clocks")
            if len(getattr(trace, f)) and len(getattr(power, f))]
@@ -91,7 +107,7 @@ def merge_power(trace: Trace, power: Trace, path: str) -> tuple[Trace, list[str]
         meta = {k: v for k, v in trace.meta.items() if k != POLL_TIME_KEY}
         trace = dataclasses.replace(trace, meta=meta, **{
             f: type(getattr(trace, f)).empty() for f in own})
-    fill_device_names(trace, power)
+    warnings += fill_device_names(trace, power)
     return trace.merged_with(power), warnings
 
 
@@ -127,7 +143,7 @@ def main(argv: list[str]) -> int:
     if a.power is not None:
         power = load_power(a.power, tz=a.power_tz)
         warnings += import_notes(a.power, power)
-        trace, merged = merge_power(trace, power, a.power)
+        trace, merged = merge_power(trace, power, a.power, tz=a.power_tz)
         warnings += merged
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)
     meta = dict(snap.meta)

@@ -37,7 +37,7 @@ def _with_power(trace: Trace, path: str, tz: str | None) -> Trace:
     from ppwtop.cli.attribute import merge_power
     from ppwtop.importers import load_power
 
-    merged, warnings = merge_power(trace, load_power(path, tz=tz), path)
+    merged, warnings = merge_power(trace, load_power(path, tz=tz), path, tz=tz)
     for w in warnings:
         print(f"ppwtop: warning: {w}", file=sys.stderr)
     return merged
