@@ -62,7 +62,8 @@ def make_snapshot(scale: float = 1.0, n_kernels: int = 20, steps: bool = True,
     ineff = (
         Inefficiency(1, "idle.host_stall", 40.0 * scale, 40.0 * scale / total,
                      "3 stalls > 1 ms", "prefetch the next batch", "data-loader team",
-                     "idle.host_stall energy drops", energy_ci_j=(35.0 * scale, 45.0 * scale)),
+                     "`ppwtop diff` shows idle.host_stall falling",
+                     energy_ci_j=(35.0 * scale, 45.0 * scale)),
         Inefficiency(2, f"kernel:{EVIL}", 100.0 * scale, 100.0 * scale / total,
                      "low occupancy", "fuse <b>bias</b>", "kernels", "kernel energy drops"),
     )
@@ -129,6 +130,18 @@ def test_markdown_without_baseline(tmp_path: Path) -> None:
     assert "No baseline given" in md
     plan = md.split("## Intervention plan", 1)[1]
     assert plan.count("--fail-on-regression") == 2
+    # our own code spans stay code (they were shown as literal backticks), names' do not
+    assert "`ppwtop diff` shows idle.host_stall falling" in md and "\\`" not in md
+    assert "<code>ppwtop diff</code> shows idle.host_stall falling" in html_report(tmp_path)
+    from ppwtop.report.markdown import esc, prose
+    assert esc("op`1") == "op\\`1" and prose("run `x`|y") == "run `x`\\|y"
+
+
+def html_report(tmp_path: Path) -> str:
+    snap = write(tmp_path / "h.json", make_snapshot())
+    out = tmp_path / "r.html"
+    assert main(["report", str(snap), "-o", str(out)]) == 0
+    return out.read_text()
 
 
 def test_markdown_with_baseline_has_before_after_and_verdict(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def render_html(r: Report) -> str:
             mech = e(i.mechanism) + ("" if i.resolvable
                                      else f' <span class="nr">{NOT_RESOLVABLE}</span>')
             rows.append([str(i.rank), mech, num(i.energy_j), ci, pct(i.share), e(i.evidence),
-                         e(i.fix), e(i.owner), e(i.validation)])
+                         _code(i.fix), e(i.owner), _code(i.validation)])
         parts.append(_table(["#", "mechanism", "energy J", "90 % CI J", "share", "evidence",
                              "fix", "owner", "validation"], rows,
                             [True, False, True, True, True, False, False, False, False]))
@@ -157,8 +157,8 @@ def render_html(r: Report) -> str:
     if r.interventions:
         items = "".join(
             f"<li><b>{e(v.mechanism)}</b> ({num(v.energy_j)} J), owner {e(v.owner)}"
-            f"<ul><li>fix: {e(v.fix)}</li>"
-            + (f"<li>expected effect: {e(v.validation)}</li>" if v.validation else "")
+            f"<ul><li>fix: {_code(v.fix)}</li>"
+            + (f"<li>expected effect: {_code(v.validation)}</li>" if v.validation else "")
             + f"<li>confirm (rollback-safe): {_code(v.check)}</li></ul></li>"
             for v in r.interventions)
         parts.append(f"<ol>{items}</ol>")

@@ -21,6 +21,12 @@ def esc(text: str) -> str:
             .replace("\n", " ").replace("`", "\\`"))
 
 
+def prose(text: str) -> str:
+    """Escape our own text (a ranked inefficiency's fix and validation) for a table cell or a
+    line, keeping its `code spans` (``esc`` escapes backticks: they are literal in names)."""
+    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+
+
 def num(v: float | None, digits: int = 4) -> str:
     if v is None:
         return "n/a"
@@ -101,7 +107,7 @@ def render_markdown(r: Report) -> str:
                   else f"[{num(i.energy_ci_j[0])}, {num(i.energy_ci_j[1])}]")
             mech = esc(i.mechanism) + ("" if i.resolvable else f" ({NOT_RESOLVABLE})")
             rows.append([str(i.rank), mech, num(i.energy_j), ci, pct(i.share), esc(i.evidence),
-                         esc(i.fix), esc(i.owner), esc(i.validation)])
+                         prose(i.fix), esc(i.owner), prose(i.validation)])
         lines += table(["#", "mechanism", "energy J", "90 % CI J", "share", "evidence", "fix",
                         "owner", "validation"], rows)
     else:
@@ -139,9 +145,9 @@ def render_markdown(r: Report) -> str:
         for v in r.interventions:
             lines.append(f"{v.rank}. **{esc(v.mechanism)}** ({num(v.energy_j)} J), "
                          f"owner {esc(v.owner)}")
-            lines.append(f"   - fix: {esc(v.fix)}")
+            lines.append(f"   - fix: {prose(v.fix)}")
             if v.validation:
-                lines.append(f"   - expected effect: {esc(v.validation)}")
+                lines.append(f"   - expected effect: {prose(v.validation)}")
             lines.append(f"   - confirm (rollback-safe): {v.check}")
     else:
         lines.append("Nothing to do: no ranked inefficiencies.")
