@@ -167,6 +167,22 @@ def _issue_end_ns(trace: Trace, correlation: I64) -> tuple[I64, B]:
     return ends[j], found
 
 
+def _device_sync(trace: Trace, device: int, sync: np.ndarray) -> tuple[I64, I64]:
+    """The sync calls that can hold ``device`` idle in a trace of several processes: those of
+    the processes that launched its work (by the launch calls' correlation ids).  A process
+    that never touched the GPU does not make its gaps sync waits (a merged two-process trace:
+    GPU 0's sync_wait grew 2.50 -> 2.57 s from GPU 1's process).  Where the ids do not tell
+    (none matched, or every process matched: ids that collide across processes), all."""
+    apis = trace.apis
+    corr = _item_columns(trace, device)[2]
+    issue = (apis.kind != ApiKind.SYNC) & np.isin(apis.correlation, corr[corr >= 0])
+    pids = np.unique(apis.pid[issue])
+    keep = sync
+    if 0 < len(pids) < len(np.unique(apis.pid)):
+        keep = sync & np.isin(apis.pid, pids)
+    return union_segments(apis.start_ns[keep], apis.end_ns[keep])
+
+
 def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
                    devices: list[int] | None = None) -> IdleIntervals:
     """All idle gaps inside the window, per device, with their cause."""
@@ -174,10 +190,12 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
         devices = device_indices(trace)
     apis = trace.apis
     sync = apis.kind == ApiKind.SYNC
-    sync_s, sync_e = union_segments(apis.start_ns[sync], apis.end_ns[sync])
+    every_sync = union_segments(apis.start_ns[sync], apis.end_ns[sync])
     have_api = len(apis) > 0
+    several = have_api and bool((apis.pid != apis.pid[0]).any())
     out_s, out_e, out_d, out_c = [], [], [], []
     for dev in devices:
+        sync_s, sync_e = _device_sync(trace, dev, sync) if several else every_sync
         got = (_gaps_native(trace, dev, (window_start_ns, window_end_ns), (sync_s, sync_e))
                if native.enabled() else None)
         if got is not None:

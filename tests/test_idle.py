@@ -78,3 +78,34 @@ def test_gaps_tile_the_window_with_busy_time() -> None:
     us, ue = union_segments(s + T0, e + T0)
     assert int(idle.duration_ns.sum()) + int((ue - us).sum()) == win[1] - win[0]
     assert bool(np.all(idle.end_ns > idle.start_ns))
+
+
+def _two_processes(other_pid_ids: list[int], sync_pid: int) -> Trace:
+    """GPU 0 launched by process 1 (ids 1, 2); a sync call covering GPU 0's 0.3..2.5 ms gap
+    made by process ``sync_pid``; a process 2 launching ids ``other_pid_ids`` (none on GPU 0
+    unless listed there)."""
+    rows = [(-10 * US, -5 * US, 1, ApiKind.LAUNCH, 1), (130 * US, 140 * US, 2, ApiKind.LAUNCH, 1),
+            (400 * US, 2400 * US, -1, ApiKind.SYNC, sync_pid)]
+    rows += [(-20 * US, -15 * US, c, ApiKind.LAUNCH, 2) for c in other_pid_ids]
+    apis = ApiBatch.from_columns({
+        "start_ns": [T0 + r[0] for r in rows], "end_ns": [T0 + r[1] for r in rows],
+        "correlation": [r[2] for r in rows], "kind": [int(r[3]) for r in rows],
+        "pid": [r[4] for r in rows], "name_id": [0] * len(rows)})
+    kernels = _kernels([(0, 100 * US), (150 * US, 300 * US), (2500 * US, 2600 * US)],
+                       corr=[1, 2, 3])
+    return Trace(kernels=kernels, apis=apis)
+
+
+def test_another_processs_sync_call_does_not_make_a_sync_wait() -> None:
+    """A trace of two processes: the sync call of one that launched nothing on GPU 0 leaves
+    GPU 0's gap a host stall; its own process's makes it a sync wait; where the launch ids
+    name both processes (ids that collide across processes) every sync call counts."""
+    def cause_at_300us(trace: Trace) -> str:
+        idle = idle_intervals(trace, T0, T0 + 2600 * US, [0])
+        causes: dict[int, str] = dict(zip((idle.start_ns - T0).tolist(), idle.cause_names(),
+                                          strict=True))
+        return causes[300 * US]
+
+    assert cause_at_300us(_two_processes([90], sync_pid=2)) == "host_stall"
+    assert cause_at_300us(_two_processes([90], sync_pid=1)) == "sync_wait"
+    assert cause_at_300us(_two_processes([2], sync_pid=2)) == "sync_wait"  # ids collide
