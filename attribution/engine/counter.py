@@ -1,7 +1,8 @@
 """The board's energy counter over a window.
 
 Owns :func:`counter_energy_j`: the counter's delta (``nvmlDeviceGetTotalEnergyConsumption``,
-mJ) between two times, interpolated between its readings.  Both engines report it as
+mJ) between two times, interpolated between its readings and extended at its own rate past
+the first or last of them (up to ``SLACK_NS``).  Both engines report it as
 ``totals.measured_energy_j`` (the closure reference, DESIGN.md §3 L1/L4), and a device whose
 power readings are phase-locked to its workload has its dynamic energy anchored to it
 (``aliasing.counter_scale``).
@@ -15,6 +16,9 @@ from attribution.model import Trace
 
 SLACK_NS = 1_000_000_000
 """The counter must have readings within this of both ends of the window."""
+EDGE_NS = 1_000_000_000
+"""The stretch next to the counter's first (last) reading whose mean rate extends it to a
+window end before (after) its readings."""
 
 
 def counter_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) -> float | None:
@@ -32,4 +36,26 @@ def counter_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) -> f
         return None
     ts = (t - start_ns).astype(np.float64)
     a, b = np.interp([0.0, float(end_ns - start_ns)], ts, v)
+    # past its first or last reading the counter is extended at its own rate near that end
+    # (interp holds it flat: a recording whose NVML thread starts 0.2 s after the first
+    # kernel lost that 0.2 s of energy, and a 3 s recording read +11.5 % closure)
+    if start_ns < t[0]:
+        a = v[0] - _edge_rate(t, v) * float(t[0] - start_ns)
+    if end_ns > t[-1]:
+        b = v[-1] + _edge_rate(t[::-1], v[::-1]) * float(end_ns - t[-1])
     return float(b - a) / 1e3
+
+
+def _edge_rate(t: np.ndarray, v: np.ndarray) -> float:
+    """The counter's mean rate (mJ/ns) over :data:`EDGE_NS` from its reading ``t[0]`` (``t``
+    ascending or, for the last end, descending): at least to the next reading that differs
+    in time."""
+    far = np.flatnonzero(np.abs(t - t[0]) <= EDGE_NS)
+    j = int(far[-1]) if len(far) else 0
+    if j == 0 or t[j] == t[0]:
+        later = np.flatnonzero(t != t[0])
+        if not len(later):
+            return 0.0
+        j = int(later[0])
+    rate = float(v[j] - v[0]) / float(t[j] - t[0])
+    return max(rate, 0.0)
