@@ -8,7 +8,8 @@ Owns the choice of step spans and the :class:`~attribution.snapshot.Steps` stati
 * else the agent's ``mark_step`` marks (``MarkerKind.STEP_MARK``): a mark with a duration is
   one step; instant marks (start == end) close a step each, which runs from the previous
   mark (the first instant mark only opens); ``items`` is the work-unit count of the step;
-* else ``ProfilerStep#N`` ranges.
+* else ``ProfilerStep#N`` ranges (Kineto's own kind; where there are none, NVTX or
+  user-annotation ranges of that name, as a CUPTI recording holds them).
 
 Per-step energy is ``P_idle × duration + Σ_g busy_g(step) × ΔP_g`` from the engine's
 busy-time functions.  Items per joule: Σ items / Σ energy over steps that carry items.  SLA:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -72,7 +74,23 @@ def step_spans(trace: Trace, step_range: str | None, warnings: list[str]
         return _sorted(np.concatenate([s[rng], s2]), np.concatenate([e[rng], e2]),
                        np.concatenate([it[rng], it2]), "mark_step")
     m = (mk.kind == int(MarkerKind.PROFILER_STEP)) & (mk.end_ns > mk.start_ns)
+    if not bool(m.any()):  # the same ranges as NVTX / user ranges (a CUPTI recording)
+        m = _profiler_step_named(trace) & (mk.end_ns > mk.start_ns)
     return _sorted(mk.start_ns[m], mk.end_ns[m], mk.items[m], "ProfilerStep")
+
+
+_PROFILER_STEP_NAME = re.compile(r"ProfilerStep#\d+")
+
+
+def _profiler_step_named(trace: Trace) -> np.ndarray:
+    """NVTX / user-annotation ranges named ``ProfilerStep#N``: how ``torch.profiler``'s steps
+    reach a CUPTI recording (Kineto's JSON gives them their own kind).  A recording of 443
+    such ranges read ``steps: null`` (found by an audit)."""
+    mk = trace.markers
+    kinds = np.isin(mk.kind, (int(MarkerKind.NVTX), int(MarkerKind.USER_ANNOTATION)))
+    ids = np.unique(mk.name_id[kinds & (mk.name_id >= 0)])
+    hit = [i for i in ids.tolist() if _PROFILER_STEP_NAME.fullmatch(trace.name(i))]
+    return kinds & np.isin(mk.name_id, np.array(hit, dtype=np.int32))
 
 
 def _sorted(s: I64, e: I64, it: F64, source: str) -> tuple[I64, I64, F64, str]:

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 import pytest
 
+from attribution.engine import attribute
 from attribution.model import MarkerKind
 from ppwtop.recording import read_recording
 
@@ -122,6 +123,11 @@ def test_seconds_ends_the_session_and_the_command_runs_on(tmp_path: Path) -> Non
     tr = read_recording(rec)
     assert tr.meta["complete"] is True
     assert len(tr.power) > 0
+    # the recording attributes whole: torch.profiler's steps (NVTX ranges through CUPTI)
+    # are steps, and the energy counter, which starts after the first kernel, closes
+    snap = attribute(tr, n_boot=20)
+    assert snap.steps is not None and snap.steps.count > 50
+    assert snap.totals.measured_energy_j > 0 and abs(snap.totals.closure_error) < 0.02
 
 
 

@@ -97,6 +97,27 @@ def test_step_range_by_name_and_glob(run: tuple[Trace, Any]) -> None:
     assert warnings == []
 
 
+def test_profiler_steps_recorded_as_nvtx_ranges_are_steps(run: tuple[Trace, Any]) -> None:
+    """A CUPTI recording holds torch.profiler's ``ProfilerStep#N`` as NVTX ranges, not the
+    Kineto importer's own kind: they are the steps there too (they read ``steps: null``).
+    Other names, and ranges of the own kind where both exist, are not taken instead."""
+    trace, arrays = run
+    ps = _profiler_steps(trace)
+    ref = step_stats(trace, arrays)
+    assert ref is not None
+    as_nvtx = MarkerBatch.from_columns({**ps.columns(), "kind": np.full(len(ps),
+                                                                         int(MarkerKind.NVTX))})
+    decoy = MarkerBatch.from_columns({**as_nvtx.columns(), "name_id": np.full(
+        len(ps), trace.strings.intern("ProfilerStep#3 (copy)"))})
+    st = step_stats(_with_markers(trace, MarkerBatch.concat([as_nvtx, decoy])), arrays)
+    assert st is not None and st.source == "ProfilerStep" and st.count == ref.count
+    assert np.allclose(st.step_energy_j, ref.step_energy_j)
+    assert step_stats(_with_markers(trace, decoy), arrays) is None
+    both = step_stats(_with_markers(trace, MarkerBatch.concat([ps.take(np.arange(5)),
+                                                               as_nvtx])), arrays)
+    assert both is not None and both.count == 5
+
+
 def test_sla_compliance_and_items_per_joule_within_it(run: tuple[Trace, Any]) -> None:
     trace, arrays = run
     ref = step_stats(trace, arrays)
