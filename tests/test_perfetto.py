@@ -24,7 +24,7 @@ from attribution.model import (
     StringTable,
     Trace,
 )
-from attribution.snapshot import KernelRow
+from attribution.snapshot import GpuInfo, KernelRow, Window
 from ppwtop.cli.main import main
 from ppwtop.exporters import perfetto
 from ppwtop.recording import write_recording
@@ -162,7 +162,8 @@ def test_cli_trace_with_snapshot_class_energies(tmp_path: Path) -> None:
     rows = (KernelRow("gemm_a", 0, 1, 0.010, 3.0, 2.0, (1.5, 2.5), 300.0, True, "bf16"),
             KernelRow("gemm_b", 0, 1, 0.010, 2.0, 1.0, (0.5, 1.5), 200.0, True, "bf16"),
             KernelRow("relu", 0, 2, 0.006, 0.6, 0.3, (0.2, 0.4), 100.0, True, "bf16"))
-    snap = base.__class__(**{**{f: getattr(base, f) for f in base.__slots__}, "kernels": rows})
+    snap = base.__class__(**{**{f: getattr(base, f) for f in base.__slots__}, "kernels": rows,
+                             "window": Window(T0, T0 + 50 * MS)})  # this trace's run
     sp = tmp_path / "s.json"
     sp.write_bytes(orjson.dumps(snap.to_dict()))
     out = tmp_path / "o.json"
@@ -182,6 +183,31 @@ def test_cli_trace_with_snapshot_class_energies(tmp_path: Path) -> None:
     assert idle["idle.host_stall"] == pytest.approx(by_cause["idle.host_stall"])
     assert idle["idle.launch_gap"] == pytest.approx(by_cause["idle.launch_gap"])
     assert idle["idle.sync_wait"] == pytest.approx(0.007 * snap.totals.active_idle_w)
+
+
+def test_cli_a_snapshot_of_another_run_is_refused_or_told(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--snapshot of another run: a window that misses the trace is an error (its joules
+    would be spread over these records); another GPU model, or kernels it does not name, are
+    told on stderr and in the file."""
+    rec = tmp_path / "t.ppw"
+    write_recording(rec, make_trace())
+    base = make_snapshot(n_kernels=0)
+    fields = {f: getattr(base, f) for f in base.__slots__}
+    sp, out = tmp_path / "s.json", tmp_path / "o.json"
+    sp.write_bytes(orjson.dumps(base.__class__(**fields).to_dict()))  # window 0 .. 10 s
+    assert main(["export", str(rec), "--snapshot", str(sp), "--perfetto", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its window does not overlap the trace's" in err[0]
+    other_gpu = (GpuInfo(0, "NVIDIA H100 80GB HBM3", "h100", base.gpus[0].sensor),)
+    sp.write_bytes(orjson.dumps(base.__class__(**{
+        **fields, "window": Window(T0, T0 + 50 * MS), "gpus": other_gpu}).to_dict()))
+    assert main(["export", str(rec), "--snapshot", str(sp), "--perfetto", str(out)]) == 0
+    said = capsys.readouterr().err
+    assert "GPU 0 is h100 there but a100 in the trace" in said
+    assert "names 0 of the trace's 3 kernels" in said
+    assert any("GPU 0 is h100 there" in w
+               for w in orjson.loads(out.read_bytes())["metadata"]["warnings"])
 
 
 def test_engine_path_runs_and_closes(tmp_path: Path) -> None:

@@ -11,7 +11,11 @@ import sys
 import zlib
 from pathlib import Path
 
+import numpy as np
+
 from attribution.model import Trace
+from attribution.presets import preset_for_name
+from attribution.snapshot import Snapshot
 from ppwtop.cli.common import parser
 from ppwtop.errors import InputError
 from ppwtop.fileio import read_head
@@ -29,6 +33,32 @@ def is_snapshot(path: str | Path) -> bool:
         except zlib.error:
             return False
     return SNAPSHOT_TAG in head[:4096]
+
+
+def snapshot_checks(trace: Trace, snap: Snapshot, path: str) -> list[str]:
+    """Whether ``--snapshot`` describes this trace: an error (InputError) when its window
+    does not overlap the trace's span at all (a snapshot of another run would spread its
+    joules over these records: an A100 run's 4 267 J over an H100 recording, 1 870 W on a
+    GEMM of a 700 W board); lines when its GPU models differ from the trace's or it names
+    under half of the trace's kernels."""
+    lines: list[str] = []
+    span = trace.gpu_span_ns()
+    if span is not None and (snap.window.end_ns <= span[0] or snap.window.start_ns >= span[1]):
+        raise InputError(path, "its window does not overlap the trace's: a snapshot of "
+                               "another run (attribute this trace to get its own)")
+    models = {g.index: g.model for g in snap.gpus}
+    for d in trace.devices:
+        named = preset_for_name(d.name)
+        if named is not None and models.get(d.index, named.key) not in (named.key, "unknown"):
+            lines.append(f"--snapshot {path}: GPU {d.index} is {models[d.index]} there but "
+                         f"{named.key} in the trace ({d.name!r}): another machine's run?")
+    ids = np.unique(trace.kernels.name_id)
+    names = {trace.name(int(i)) for i in ids}
+    known = {k.name for k in snap.kernels}
+    if names and len(names & known) < 0.5 * len(names):
+        lines.append(f"--snapshot {path}: names {len(names & known)} of the trace's "
+                     f"{len(names)} kernels; the rest get no energy from it")
+    return lines
 
 
 def _with_power(trace: Trace, path: str, tz: str | None) -> Trace:
@@ -80,8 +110,10 @@ def main(argv: list[str]) -> int:
         notes = import_notes(args.input, trace)
         if args.power:
             trace = _with_power(trace, args.power, args.power_tz)
+        if snap is not None:
+            notes += snapshot_checks(trace, snap, args.snapshot)
         doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)
-        if notes:  # a cut or corrupt recording says so, in the file and on stderr
+        if notes:  # a cut or corrupt recording, a mismatched snapshot: in the file, on stderr
             doc["metadata"]["warnings"] = [*notes, *doc["metadata"].get("warnings", [])]
             for w in notes:
                 print(f"ppwtop: warning: {w}", file=sys.stderr)
