@@ -137,7 +137,14 @@ def diff(
     comparability = min(1.0, max(0.0, comparability))
     reasons.extend(comp_reasons)
 
-    if base_v == 0.0 and cand_v == 0.0:  # no power on either side: energies are all 0
+    if baseline == candidate:
+        # one run given twice (the same file, or copies): no change by construction, and no
+        # second run's noise to weigh (the bootstrap's band could call it "inconclusive: a
+        # longer run would decide")
+        reasons.insert(0, "baseline and candidate are the same snapshot: neutral by "
+                          "construction; compare two runs to measure a change")
+        verdict = "neutral"
+    elif base_v == 0.0 and cand_v == 0.0:  # no power on either side: energies are all 0
         reasons.append("no energy on either side (no power readings): nothing to compare, "
                        "verdict is inconclusive")
         verdict = "inconclusive"

@@ -152,6 +152,20 @@ def test_improvement_when_a_kernel_gets_cheaper() -> None:
     assert r.relative_delta is not None and r.relative_delta < -0.02
 
 
+def test_one_run_given_twice_is_said_to_be_one_run() -> None:
+    """``diff A A`` (found by an audit): where the step bootstrap's band passed the noise
+    floor it read "inconclusive, a longer run would decide", hiding that there is no second
+    run; it is neutral and says why first.  Two runs that differ are not told so."""
+    rng = np.random.default_rng(3)
+    a = workload(rng, n_steps=10, cv=0.3)  # a band well past the 2 % floor
+    r = diff(a, a)
+    assert r.verdict == "neutral" and r.delta == 0.0
+    assert r.reasons[0].startswith("baseline and candidate are the same snapshot")
+    assert not any("longer run would decide" in w for w in r.reasons)
+    other = diff(a, workload(rng))
+    assert not any("same snapshot" in w for w in other.reasons)
+
+
 def _false_rate(noise_floor: float, n_seeds: int = 40) -> tuple[float, list[str]]:
     verdicts = []
     for seed in range(n_seeds):
