@@ -159,6 +159,32 @@ def test_markdown_with_baseline_has_before_after_and_verdict(tmp_path: Path) -> 
     assert "**regression**" in verdict
 
 
+def test_a_baseline_on_another_gpu_is_not_called_better_or_worse(tmp_path: Path) -> None:
+    """An H100 baseline for an A100 run (found by an audit): the headline said "(better)"
+    while the verdict said the runs cannot be compared. Now the top says so, the changes
+    carry no label, and the window line names both boards."""
+    cand = make_snapshot(1.0)
+    h100 = (GpuInfo(0, "NVIDIA H100 80GB HBM3", "h100", cand.gpus[0].sensor),)
+    base = write(tmp_path / "a.json", dataclasses.replace(make_snapshot(1.3), gpus=h100))
+    out = tmp_path / "r.md"
+    assert main(["report", str(write(tmp_path / "b.json", cand)), "--baseline", str(base),
+                 "-o", str(out)]) == 0
+    md = out.read_text()
+    assert "> **warning:** the baseline is not comparable with this run (comparability 0.00" in md
+    ops = {r[0]: r for r in table_rows(md, "## Headline operating points")}
+    assert ops["energy per step"][4].startswith("-23.1 %")
+    assert not any("better" in r[4] or "worse" in r[4] for r in ops.values())
+    assert "baseline GPU 0: NVIDIA H100 80GB HBM3 (h100)" in md.splitlines()[2]
+    assert 'class="better"' not in html_report_with(tmp_path, base)
+
+
+def html_report_with(tmp_path: Path, baseline: Path) -> str:
+    out = tmp_path / "r.html"
+    assert main(["report", str(write(tmp_path / "c.json", make_snapshot(1.0))), "--baseline",
+                 str(baseline), "-o", str(out)]) == 0
+    return out.read_text()
+
+
 def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     series = {"t_s": [0.0, 0.1, 0.2, 0.3], "power_w": [60.0, 250.0, 240.0, 70.0]}
     clamps = [{"reason": "sw_power_cap", "energy_j": 12.0, "time_s": 0.4}]

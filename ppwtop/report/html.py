@@ -83,7 +83,7 @@ def render_html(r: Report) -> str:
         for o in r.operating_points:
             ch = o.change
             cls = ""
-            if ch is not None and ch != 0:
+            if ch is not None and ch != 0 and r.comparable:
                 cls = "better" if (ch < 0) == (o.better == "lower") else "worse"
             rows.append([e(o.label), e(o.unit), num(o.before), num(o.after),
                          f'<span class="{cls}">{signed_pct(ch)}</span>'])

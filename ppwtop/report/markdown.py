@@ -55,12 +55,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def _op_row(op: OperatingPoint, with_before: bool) -> list[str]:
+def _op_row(op: OperatingPoint, with_before: bool, comparable: bool = True) -> list[str]:
     cells = [esc(op.label), op.unit]
     if with_before:
         ch = op.change
         arrow = ""
-        if ch is not None and ch != 0:
+        if ch is not None and ch != 0 and comparable:
             good = (ch < 0) == (op.better == "lower")
             arrow = " (better)" if good else " (worse)"
         cells += [num(op.before), num(op.after), signed_pct(ch) + arrow]
@@ -85,7 +85,8 @@ def render_markdown(r: Report) -> str:
         header = ["metric", "unit", "before", "after", "change"]
     else:
         header = ["metric", "unit", "value"]
-    lines += table(header, [_op_row(o, r.has_baseline) for o in r.operating_points])
+    lines += table(header, [_op_row(o, r.has_baseline, r.comparable)
+                            for o in r.operating_points])
     lines.append("")
 
     lines += ["## Energy breakdown", ""]

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from attribution.diff import DiffResult
+from attribution.diff import MIN_COMPARABILITY, DiffResult
 from attribution.snapshot import Inefficiency, KernelRow, Snapshot, rows_by_energy
 
 TOP_KERNELS = 15
@@ -119,15 +119,32 @@ class Report:
     closure_error: float | None
     """Against the energy counter; None where the inputs held none (an nvidia-smi CSV, no
     power): the snapshot then carries 0.0, which is not a perfect match."""
+    comparable: bool = True
+    """False where the baseline's runs are not comparable (the diff's comparability under
+    its minimum): the before/after changes are shown without "better"/"worse"."""
 
 
 def build_report(snap: Snapshot, baseline: Snapshot | None = None,
                  verdict: DiffResult | None = None, title: str = "") -> Report:
     """The report on ``snap`` (the candidate, when ``baseline`` is given)."""
     total = snap.totals.energy_j
+    comparable = verdict is None or verdict.comparability >= MIN_COMPARABILITY
+    lines: tuple[str, ...] = ()
+    if not comparable and verdict is not None:
+        # found by an audit: the headline said "−40 % (better)" for an A100 run against an
+        # H100 baseline, and only the last section said the two could not be compared
+        factors = ", ".join(f"{k} {v:.2f}" for k, v in verdict.comparability_factors.items()
+                            if v < 1.0)
+        lines = (f"the baseline is not comparable with this run (comparability "
+                 f"{verdict.comparability:.2f}: {factors}): the before/after changes below "
+                 "are differences, not a verdict",)
+    gpus = tuple(f"GPU {g.index}: {g.name} ({g.model})" for g in snap.gpus)
+    if baseline is not None and [(g.name, g.model) for g in baseline.gpus] != [
+            (g.name, g.model) for g in snap.gpus]:
+        gpus += tuple(f"baseline GPU {g.index}: {g.name} ({g.model})" for g in baseline.gpus)
     return Report(
         title=title or "ppwtop perf-per-watt report",
-        gpus=tuple(f"GPU {g.index}: {g.name} ({g.model})" for g in snap.gpus),
+        gpus=gpus,
         duration_s=snap.window.duration_s,
         has_baseline=baseline is not None,
         operating_points=operating_points(snap, baseline),
@@ -139,9 +156,10 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         interventions=_interventions(snap),
         verdict=verdict,
         power=power_series(snap),
-        warnings=tuple(snap.warnings) + _unresolvable_warning(snap),
+        warnings=lines + tuple(snap.warnings) + _unresolvable_warning(snap),
         closure_error=(snap.totals.closure_error if snap.totals.measured_energy_j > 0
                        else None),
+        comparable=comparable,
     )
 
 
