@@ -15,6 +15,7 @@ import orjson
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
 from ppwtop.fileio import read_bytes
+from ppwtop.recording.format import MAGIC as RECORDING_MAGIC
 
 
 def _default(obj: Any) -> Any:
@@ -61,6 +62,9 @@ def read_snapshot(path: str | Path) -> Snapshot:
     """Read a ``ppwtop.snapshot/1`` file (``.json`` or ``.json.gz``)."""
     p = Path(path)
     raw = read_bytes(p)
+    if raw.startswith(RECORDING_MAGIC):  # the commonest wrong file: say what it is
+        raise InputError(p, "is a ppwtop recording, not a snapshot: attribute it first "
+                            f"(ppwtop attribute --trace {p} -o SNAPSHOT.json)")
     try:
         d = orjson.loads(raw)
     except orjson.JSONDecodeError as e:

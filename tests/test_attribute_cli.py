@@ -171,6 +171,15 @@ def test_read_snapshot_rejects_non_snapshots(tmp_path: Path) -> None:
     p.write_bytes(b"not json")
     with pytest.raises(InputError, match="not JSON"):
         read_snapshot(p)
+    # a recording where a snapshot belongs (found by an audit: "not JSON: str is not valid
+    # UTF-8: surrogates ...") is named as one, with the command that makes the snapshot
+    from attribution.sim import simulate
+    from ppwtop.recording import write_recording
+
+    rec = tmp_path / "r.ppw"
+    write_recording(rec, simulate("varied_mix", "a100", 2.0, seed=1).trace)
+    with pytest.raises(InputError, match=r"is a ppwtop recording, not a snapshot: attribute"):
+        read_snapshot(rec)
 
 
 @pytest.mark.parametrize(("where", "value"), [
