@@ -494,3 +494,28 @@ def test_uncomparable_numbers_exit_2(
     assert main(["diff", str(a), str(tmp_path / "null.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("ppwtop: error:") and "internal error" not in err
+
+
+def test_snapshots_carry_the_driver_and_temperature_the_comparability_reads() -> None:
+    """The engine writes ``meta.driver_version`` (a recording's NVML, else Kineto's CUDA
+    driver version) and ``meta.temperature_c`` (the window's mean clock-sample temperature);
+    nothing wrote them, so diff's driver and temperature factors never fired (an audit)."""
+    from attribution.engine import attribute
+    from attribution.sim import simulate
+
+    trace = simulate("demo", "a100", 6.0, seed=1).trace
+    a = attribute(dataclasses.replace(trace, meta={**trace.meta,
+                                                   "nvml": {"driver_version": "550.54"}}),
+                  n_boot=10)
+    assert a.meta["driver_version"] == "550.54"
+    c = trace.clocks
+    assert a.meta["temperature_c"] == pytest.approx(float(np.mean(c.temp_c)), abs=0.5)
+    hot = dataclasses.replace(c, temp_c=(c.temp_c + 20.0).astype(np.float32))
+    b = attribute(dataclasses.replace(trace, clocks=hot,
+                                      meta={**trace.meta, "cuda_driver_version": 12040}),
+                  n_boot=10)
+    assert b.meta["driver_version"] == "12040"
+    r = diff(a, b)
+    assert r.comparability_factors["driver"] < 1.0 and r.comparability_factors["temperature"] < 1
+    assert any("driver differs" in w for w in r.reasons)
+    assert any("temperature differs by 20" in w for w in r.reasons)

@@ -10,6 +10,7 @@ Steps are :func:`attribution.steps.step_stats`, the inefficiencies and ``extra["
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,26 @@ def _kernel_copy_rows(trace: Trace, r: DeviceResult) -> tuple[list[KernelRow], l
                 time_s=t, energy_j=float(energy[c]), dynamic_energy_j=float(r.class_dynamic_j[c]),
                 dynamic_energy_ci_j=ci, resolvable=r.class_resolvable[c], why=r.class_why[c]))
     return kernels, copies
+
+
+def run_conditions(trace: Trace, start_ns: int, end_ns: int) -> dict[str, Any]:
+    """What ``diff``'s comparability reads about the run (``attribution.comparability``):
+    the driver version (a recording's NVML, else a Kineto trace's CUDA driver version) and
+    the mean GPU temperature of the clock samples inside the window.  Nothing wrote them, so
+    those two factors never fired (found by an audit, 2026-12-05)."""
+    out: dict[str, Any] = {}
+    nvml = trace.meta.get("nvml")
+    driver = nvml.get("driver_version") if isinstance(nvml, dict) else None
+    if not driver:
+        driver = trace.meta.get("cuda_driver_version")
+    if isinstance(driver, (str, int)) and str(driver):
+        out["driver_version"] = str(driver)
+    c = trace.clocks
+    temp = c.temp_c[(c.t_ns >= start_ns) & (c.t_ns <= end_ns)].astype(np.float64)
+    temp = temp[np.isfinite(temp) & (temp > 0)]
+    if len(temp):
+        out["temperature_c"] = round(float(temp.mean()), 1)
+    return out
 
 
 def _idle_sums(arrays: Arrays) -> dict[tuple[int, int], tuple[int, float, int]]:
@@ -161,6 +182,7 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         "source": trace.meta.get("source"),
         "gpu_uuids": {str(d.index): d.uuid for d in trace.devices if d.uuid
                       and d.index in {r.device for r in arrays.devices}},
+        **run_conditions(trace, arrays.window_start_ns, arrays.window_end_ns),
     }
     kernels_t, copies_t = tuple(rows_by_energy(kernels)), tuple(rows_by_energy(copies))
     ranking = rank(RankInputs(trace, arrays, kernels_t, copies_t, tuple(idle_rows), total),
