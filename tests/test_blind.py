@@ -19,14 +19,16 @@ from attribution.engine.blind import (
 from attribution.engine.live import LiveEngine
 from attribution.model import EnergyBatch
 from attribution.presets import PRESETS
-from attribution.sim import SimResult, simulate
+from attribution.sim import SCENARIOS, SimResult, simulate
 from tests.test_live_engine import drive
 
 
 def test_the_rule() -> None:
     t = np.array([3.0, 1.0, 0.0])  # group busy seconds (the last ran nothing)
     assert blind_to_work(np.array([0.0, 0.0, 5.0]), t, 100.0, 50)  # idle group ignored
-    assert not blind_to_work(np.array([0.0, 0.5, 0.0]), t, 100.0, 50)  # one group drew
+    assert not blind_to_work(np.array([0.0, 5.0, 0.0]), t, 100.0, 50)  # one group drew
+    assert blind_to_work(np.array([0.0, 0.002, 0.0]), t, 100.0, 50)  # milliwatts are none
+    assert not blind_to_work(np.zeros(3), t / 100.0, 4.0, 50)  # 0.04 s busy: too little
     assert not blind_to_work(np.zeros(3), t, 4.0 / BUSY_SHARE_MIN + 1.0, 50)  # barely busy
     assert blind_to_work(np.zeros(3), t, 4.0 / BUSY_SHARE_MIN, 50)
     assert not blind_to_work(np.zeros(3), t, 100.0, MIN_READINGS - 1)  # too few readings
@@ -110,3 +112,39 @@ def test_live_without_a_counter_says_the_total_is_low(blind_run: SimResult) -> N
     (line,) = [w for w in snap.warnings if "show none of the work" in w]
     assert "the total is low by up to" in line
     assert all(k.dynamic_energy_j == 0.0 and not k.resolvable for k in snap.kernels)
+
+
+def test_a_class_fitted_at_a_few_milliwatts_is_not_measured() -> None:
+    """A 1 s … 2 s periodic job mostly idle (1.8 % busy), its windows missing the work: the
+    GEMM fitted at 5 mW was called resolvable at 0.002 J in [0.002, 0.002] J against 210 J
+    (an audit). The rule's busy floor is now 0.5 % and ΔP under 0.5 W counts as none: every
+    class flagged, the counter's energy spread by busy time, the truth inside the interval."""
+    spec = dataclasses.replace(SCENARIOS["phase_locked_step"], step_period_ms=2000.0)
+    res = simulate("phase_locked_step", "h200", 30.0, seed=8, spec=spec)
+    snap = attribute(res.trace, n_boot=50)
+    assert any("show none of the work" in w for w in snap.warnings)
+    assert all(not k.resolvable for k in snap.kernels)
+    assert all(_held(snap, res))
+
+
+def test_one_class_at_a_few_milliwatts_among_seen_ones_is_flagged() -> None:
+    """The per-class form: a class fitted under 0.5 W while others draw is flagged with the
+    reason (its interval is the bound's), the others judged as usual."""
+    from attribution.engine import regress
+
+    res = simulate("varied_mix", "a100", 20.0, seed=1)
+    real = regress.fit
+
+    def zero_first(*a: Any, **k: Any) -> regress.Fit:  # the solver puts a class at 2 mW
+        f = real(*a, **k)
+        dp = f.dp_w.copy()
+        dp[0] = 0.002
+        return dataclasses.replace(f, dp_w=dp)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(regress, "fit", zero_first)
+        snap = attribute(res.trace, n_boot=20)
+    why = [r.why for r in snap.kernels if r.why.startswith("fits at under")]
+    why += [r.why for r in snap.copies if r.why.startswith("fits at under")]
+    assert why and all(w.startswith("fits at under 0.5 W above active idle") for w in why)
+    assert any(k.resolvable for k in snap.kernels)

@@ -1,13 +1,13 @@
-"""Power readings that show none of the work (batch engine).
+"""Power readings that show none of the work (both engines).
 
 Owns the rule that tells them, the upper end their classes' intervals take, and the lines
-that say so.  A GPU that runs kernels draws more than its active idle; readings in which
-every class of a busy GPU fits at ΔP = 0 did not see the work.  On the simulator's
-phase-locked runs on a 25 %-sampling board (H100/H200 at 30-60 s, A100 at 2 s; found by a
-black-box audit, 2026-12-05) the sensor's 25 ms windows fell in the idle part of every
-100 ms step: the readings were flat at active idle (rms 0.3 mW), the lag search had nothing
-to choose by, and at the lag it kept the activity still varied, so the spread test
-(``aliasing``) did not call the readings phase-locked.  Every class then read 0 J with an
+that say so. A GPU that runs kernels draws more than its active idle; readings in which
+every class of a busy GPU fits at ΔP ≈ 0 (under :data:`BLIND_W`) did not see the work. On
+the simulator's phase-locked runs on a 25 %-sampling board (H100/H200 at 30-60 s, A100 at 2
+s; found by a black-box audit, 2026-12-05) the sensor's 25 ms windows fell in the idle part
+of every 100 ms step: the readings were flat at active idle (rms 0.3 mW), the lag search had
+nothing to choose by, and at the lag it kept the activity still varied, so the spread test
+(``aliasing``) did not call the readings phase-locked. Every class then read 0 J with an
 interval of [0, 0] J (``bound_limit`` caps a class at the largest reading above P_idle, and
 there was none), the total was 70 % low, and nothing was said.
 
@@ -26,23 +26,34 @@ import numpy as np
 from attribution.model import F64
 from attribution.presets import PRESETS, GpuPreset
 
-BUSY_SHARE_MIN = 0.02
+BUSY_SHARE_MIN = 0.005
 """The least share of the window the device's classes must be busy for the rule to apply
-(a few short kernels can leave no mark on the readings honestly)."""
+(a few short kernels can leave no mark on the readings honestly).  2 % until an audit met a
+1 s periodic job busy 1.8 % of its window (0.53 s of a 30 s run, ~265 J) whose GEMM was
+called resolvable at 0.002 J against 210 J."""
+MIN_BUSY_S = 0.1
+"""... and at least this much busy time in all."""
+BLIND_W = 0.5
+"""A class fitted under this ΔP draws nothing the readings show (the fit's bound is not
+exact: a 1 s periodic job whose windows missed its work fitted its GEMM at ~1e-6 W, called it
+resolvable at 0.002 J against 210 J, and an exact ΔP ≤ 0 test missed it; an audit,
+2026-12-05).  Half a watt is below any sensor's noise and any busy kernel's draw."""
 MIN_READINGS = 8
 """Fewer usable readings than this: no rule (``idle_place.MIN_JUDGED`` holds P_idle and
 flags every class there anyway)."""
 
 
 def blind_to_work(dp_w: F64, group_time_s: F64, window_s: float, n_readings: int) -> bool:
-    """Every group with busy time fitted at ΔP ≤ 0 while the groups together were busy at
-    least :data:`BUSY_SHARE_MIN` of the window (``group_time_s``: each group's busy time)."""
+    """Every group with busy time fitted at ΔP ≤ :data:`BLIND_W` while the groups together
+    were busy at least :data:`BUSY_SHARE_MIN` of the window (``group_time_s``: each group's
+    busy time)."""
     busy = group_time_s > 0.0
     if n_readings < MIN_READINGS or window_s <= 0.0 or not bool(busy.any()):
         return False
-    if float(group_time_s.sum()) < BUSY_SHARE_MIN * window_s:
+    busy_s = float(group_time_s.sum())
+    if busy_s < BUSY_SHARE_MIN * window_s or busy_s < MIN_BUSY_S:
         return False
-    return bool(np.all(dp_w[busy] <= 0.0))
+    return bool(np.all(dp_w[busy] <= BLIND_W))
 
 
 def blind_cap_w(preset: GpuPreset | None, p_idle_w: float) -> float:
@@ -79,3 +90,10 @@ def blind_anchor_warning(device: int, dynamic_j: float) -> str:
     busy time."""
     return (f"GPU {device}: the energy counter's {dynamic_j:.0f} J above active idle spread "
             "over the classes by busy time (the readings fit none)")
+
+
+def unseen_why() -> str:
+    """A class's reason when it alone fits at under :data:`BLIND_W` while it ran: the
+    readings show none of its power (its interval is the bound's, ``bound_limit``)."""
+    return (f"fits at under {BLIND_W:g} W above active idle: the readings show none of its "
+            "power (its windows may all miss it)")

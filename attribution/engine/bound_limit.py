@@ -22,6 +22,10 @@ import numpy as np
 from attribution.engine.regress import Z90
 from attribution.model import F64
 
+AT_BOUND_W = 0.5
+"""A group fitted under this ΔP is at the bound (``blind.BLIND_W``): the solver's answer at
+the bound is not exactly 0 (5 mW on a periodic job whose windows missed its work, whose
+interval then read [0.002, 0.002] J against 210 J; an audit, 2026-12-05)."""
 TINY = 1e-12
 """Ridge on the ΔP diagonal, relative to the Gram matrix's largest entry: keeps the inverse
 finite for a group no reading sees (its variance then ~1e12× any other's: the cap decides)."""
@@ -30,10 +34,10 @@ finite for a group no reading sees (its variance then ~1e12× any other's: the c
 def bound_upper_w(x: F64, y: F64, dp_w: F64, *, rms_w: float, p_idle_w: float, block: int,
                   idle_weight: float) -> F64:
     """Per group of ``x`` (readings × groups): the ΔP (W) the upper end of a group at the
-    bound (``dp_w <= 0``) reaches; 0 for the groups above it."""
+    bound (``dp_w <= AT_BOUND_W``) reaches; 0 for the groups above it."""
     k, g = x.shape
     out = np.zeros(g)
-    at_bound = np.asarray(dp_w[:g], np.float64) <= 0.0
+    at_bound = np.asarray(dp_w[:g], np.float64) <= AT_BOUND_W
     if not at_bound.any() or k < 2:
         return out
     a = np.column_stack([np.ones(k), x])

@@ -35,11 +35,13 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.blind import (
+    BLIND_W,
     blind_anchor_warning,
     blind_cap_w,
     blind_to_work,
     blind_warning,
     blind_why,
+    unseen_why,
 )
 from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
@@ -63,6 +65,9 @@ from attribution.engine.idle_place import (
     unheld_ends_w,
 )
 from attribution.engine.lag_refine import (
+    lag_at_edge,
+    lag_edge_warning,
+    lag_edge_why,
     lag_profile_ms,
     refine_grid_lag,
     slack_from_profile,
@@ -702,6 +707,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     same_window = placing is not None and placing.window_ms == window_ms
     bound_up: F64 | None = None  # set by the fit: upper ends of groups held at ΔP = 0
     blind_reason: str | None = None  # set by the fit: the readings show none of the work
+    lag_lost = False  # set by the fit: the lag sits at its search's edge
     if len(y) >= 1 and n_groups:
         lag, tau = (placing.kept if placing is not None and same_window else
                     fit_lag_response(busy, t_k, y, window_ms, regress.quick_rss,
@@ -895,6 +901,10 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         group_time_s = g_c_time.sum(axis=1)
         blind = (not judged.unplaced  # (busy throughout says why: the readings see it all)
                  and blind_to_work(np.asarray(dp, np.float64), group_time_s, window_s, len(y)))
+        # the lag at its search's edge (not where a slow stage refits it past the grid on
+        # purpose, nor where busy-throughout windows leave it unplaced and say so)
+        lag_lost = (len(y) >= MIN_LAG_READINGS and slow == (0.0, 0.0)
+                    and not judged.unplaced and lag_at_edge(lag, tau))
         if locked is not None or blind:  # the counter knows the total the readings cannot
             # readings that show none of the work fit no power to spread the counter's by:
             # equal power per busy second (their split is unknown either way)
@@ -953,9 +963,18 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if locked is not None and n_cls:  # the readings do not split the classes
         ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
-    if blind_reason is not None:
+    if blind_reason is None and lag_lost:
+        warnings.append(lag_edge_warning(device, lag))
+        blind_reason = lag_edge_why(lag)
+    if blind_reason is not None:  # (the readings show none of the work, or the lag is lost)
         power_why = [blind_reason if w is None else w
                      for w in (power_why if power_why is not None else [None] * n_cls)]
+    elif has_power and len(y) >= MIN_JUDGED and n_cls:  # one class the readings show nothing of
+        unseen = (np.asarray(dp, np.float64)[np.asarray(group)] <= BLIND_W) & (class_time_s > 0)
+        if bool(unseen.any()):
+            power_why = [unseen_why() if u and w is None else w for u, w in zip(
+                unseen.tolist(), power_why if power_why is not None else [None] * n_cls,
+                strict=True)]
     resolvable, cluster, why = class_verdicts(
         dyn_j=class_dyn, ci_j=ci, group=group,
         pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,

@@ -1,4 +1,4 @@
-"""Sub-grid refinement of the fitted sensor lag, and its uncertainty.
+"""Sub-grid refinement of the fitted sensor lag, its uncertainty, and a lag at the search's edge.
 
 Owns :func:`refine_lag` (and :func:`refine_grid_lag`, the lag search's refinement both
 engines run) and :func:`lag_profile_ms` / :func:`slack_from_profile` (the lag's measured
@@ -126,3 +126,35 @@ def slack_from_profile(profile_ms: float) -> float:
     estimates; unbounded, the parabola put real square-wave runs' lag at ± 10⁷ ms)."""
     return min(LAG_COARSE_MS, max(LAG_SLACK_MS, profile_ms))
 
+
+
+EDGE_MS = 0.5
+"""A fitted lag (plus its response time) within this of an end of ``LAG_GRID_MS`` sits at
+the search's edge (:func:`lag_at_edge`)."""
+
+
+def lag_at_edge(lag_ms: float, tau_ms: float = 0.0) -> bool:
+    """The fitted lag sits at an end of the search (``LAG_GRID_MS``): the true lag may lie
+    beyond it, and the split made at the edge is then wrong (found by an audit, 2026-12-05: a
+    trace clock 30 ms ahead of the power log fitted −24 ms, and on varied_mix/v100 the GEMM was
+    called resolvable at −24 % and the pinned copy at +2 460 %, with no word).  Not applied
+    where a consumer board's slow response stage refitted the lag, which moves it past the
+    grid on purpose."""
+    centre = lag_ms + tau_ms  # the τ = 0 lag the grid searched
+    return centre <= LAG_GRID_MS[0] + EDGE_MS or centre >= LAG_GRID_MS[1] - EDGE_MS
+
+
+def lag_edge_why(lag_ms: float) -> str:
+    """A flagged class's reason when the lag sits at the search's edge."""
+    return (f"the sensor's lag fitted at the edge of its search ({lag_ms:+.1f} ms): the "
+            "trace's and the power log's clocks may be tens of ms apart")
+
+
+def lag_edge_warning(device: int, lag_ms: float) -> str:
+    """The device's line when the lag sits at the search's edge."""
+    lo, hi = LAG_GRID_MS
+    return (f"GPU {device}: the sensor's lag fitted at {lag_ms:+.1f} ms, the edge of its search "
+            f"({lo:+.0f} to {hi:+.0f} ms): the trace's clock and the power log's may be tens of "
+            "ms apart (another host's clock, a CUPTI clock not aligned), and a split at the "
+            "wrong lag moves energy between classes; every class flagged. Align the clocks "
+            "(or record with ppwtop record, which pairs them)")
