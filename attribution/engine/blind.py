@@ -1,8 +1,8 @@
-"""Power readings that show none of the work (both engines).
+"""Power readings that show none of the work (both engines; the one-class form, batch only).
 
 Owns the rule that tells them, the upper end their classes' intervals take, and the lines
 that say so. A GPU that runs kernels draws more than its active idle; readings in which
-every class of a busy GPU fits at ΔP ≈ 0 (under :data:`BLIND_W`) did not see the work. On
+every class of a busy GPU fits at ΔP ≈ 0 (under :data:`AT_BOUND_W`) did not see the work. On
 the simulator's phase-locked runs on a 25 %-sampling board (H100/H200 at 30-60 s, A100 at 2
 s; found by a black-box audit, 2026-12-05) the sensor's 25 ms windows fell in the idle part
 of every 100 ms step: the readings were flat at active idle (rms 0.3 mW), the lag search had
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attribution.engine.bound_limit import AT_BOUND_W
 from attribution.model import F64
 from attribution.presets import PRESETS, GpuPreset
 
@@ -33,27 +34,22 @@ BUSY_SHARE_MIN = 0.005
 called resolvable at 0.002 J against 210 J."""
 MIN_BUSY_S = 0.1
 """... and at least this much busy time in all."""
-BLIND_W = 0.5
-"""A class fitted under this ΔP draws nothing the readings show (the fit's bound is not
-exact: a 1 s periodic job whose windows missed its work fitted its GEMM at ~1e-6 W, called it
-resolvable at 0.002 J against 210 J, and an exact ΔP ≤ 0 test missed it; an audit,
-2026-12-05).  Half a watt is below any sensor's noise and any busy kernel's draw."""
 MIN_READINGS = 8
 """Fewer usable readings than this: no rule (``idle_place.MIN_JUDGED`` holds P_idle and
 flags every class there anyway)."""
 
 
 def blind_to_work(dp_w: F64, group_time_s: F64, window_s: float, n_readings: int) -> bool:
-    """Every group with busy time fitted at ΔP ≤ :data:`BLIND_W` while the groups together
-    were busy at least :data:`BUSY_SHARE_MIN` of the window (``group_time_s``: each group's
-    busy time)."""
+    """Every group with busy time fitted at ΔP ≤ :data:`AT_BOUND_W` (``bound_limit``) while
+    the groups together were busy at least :data:`BUSY_SHARE_MIN` of the window and
+    :data:`MIN_BUSY_S` (``group_time_s``: each group's busy time)."""
     busy = group_time_s > 0.0
     if n_readings < MIN_READINGS or window_s <= 0.0 or not bool(busy.any()):
         return False
     busy_s = float(group_time_s.sum())
     if busy_s < BUSY_SHARE_MIN * window_s or busy_s < MIN_BUSY_S:
         return False
-    return bool(np.all(dp_w[busy] <= BLIND_W))
+    return bool(np.all(dp_w[busy] <= AT_BOUND_W))
 
 
 def blind_cap_w(preset: GpuPreset | None, p_idle_w: float) -> float:
@@ -93,7 +89,7 @@ def blind_anchor_warning(device: int, dynamic_j: float) -> str:
 
 
 def unseen_why() -> str:
-    """A class's reason when it alone fits at under :data:`BLIND_W` while it ran: the
+    """A class's reason when it alone fits at under :data:`AT_BOUND_W` while it ran: the
     readings show none of its power (its interval is the bound's, ``bound_limit``)."""
-    return (f"fits at under {BLIND_W:g} W above active idle: the readings show none of its "
+    return (f"fits at under {AT_BOUND_W:g} W above active idle: the readings show none of its "
             "power (its windows may all miss it)")

@@ -23,9 +23,11 @@ from attribution.engine.regress import Z90
 from attribution.model import F64
 
 AT_BOUND_W = 0.5
-"""A group fitted under this ΔP is at the bound (``blind.BLIND_W``): the solver's answer at
-the bound is not exactly 0 (5 mW on a periodic job whose windows missed its work, whose
-interval then read [0.002, 0.002] J against 210 J; an audit, 2026-12-05)."""
+"""A group fitted under this ΔP is at the bound: it draws nothing the readings show.  The
+solver's answer at the bound is not exactly 0: a 2 s periodic job whose windows missed its
+work fitted its GEMM at 5 mW, and its interval read [0.002, 0.002] J against 210 J (an audit,
+2026-12-05).  Half a watt is below any sensor's noise and any busy kernel's draw.  The one
+threshold of "at zero" in the engine (``blind`` reads it too)."""
 TINY = 1e-12
 """Ridge on the ΔP diagonal, relative to the Gram matrix's largest entry: keeps the inverse
 finite for a group no reading sees (its variance then ~1e12× any other's: the cap decides)."""

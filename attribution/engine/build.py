@@ -35,7 +35,6 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.blind import (
-    BLIND_W,
     blind_anchor_warning,
     blind_cap_w,
     blind_to_work,
@@ -52,7 +51,7 @@ from attribution.engine.boot_blocks import (
     short_run_warning,
     small_sample_scale,
 )
-from attribution.engine.bound_limit import bound_upper_w
+from attribution.engine.bound_limit import AT_BOUND_W, bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
@@ -214,6 +213,15 @@ def _preset(trace: Trace, device: int, gpu: str | None) -> GpuPreset | None:
         if d.index == device:
             return preset_for_name(d.name)
     return None
+
+
+def _with_reason(why: list[str | None] | None, mask: B, reason: str) -> list[str | None] | None:
+    """``why`` (per class, None: no reason yet; None in all: no list) with ``reason`` given to
+    the classes of ``mask`` that have none (an earlier reason, the power log's, stands)."""
+    if not bool(mask.any()):
+        return why
+    old = why if why is not None else [None] * len(mask)
+    return [reason if m and w is None else w for m, w in zip(mask.tolist(), old, strict=True)]
 
 
 def model_override_warning(trace: Trace, device: int, gpu: str | None) -> str | None:
@@ -706,7 +714,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     # the window has been fitted since
     same_window = placing is not None and placing.window_ms == window_ms
     bound_up: F64 | None = None  # set by the fit: upper ends of groups held at ΔP = 0
-    blind_reason: str | None = None  # set by the fit: the readings show none of the work
+    every_class_why: str | None = None  # set by the fit: why every class is flagged
     lag_lost = False  # set by the fit: the lag sits at its search's edge
     if len(y) >= 1 and n_groups:
         lag, tau = (placing.kept if placing is not None and same_window else
@@ -923,7 +931,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                 bound_up = np.full(n_groups, cap_w)
                 share = float(group_time_s.sum()) / window_s
                 warnings.append(blind_warning(device, share, cap_w, anchored=k is not None))
-                blind_reason = blind_why(share)
+                every_class_why = blind_why(share)
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
         p_idle = float(np.mean(y))
@@ -963,18 +971,14 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if locked is not None and n_cls:  # the readings do not split the classes
         ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
-    if blind_reason is None and lag_lost:
+    if every_class_why is None and lag_lost:
         warnings.append(lag_edge_warning(device, lag))
-        blind_reason = lag_edge_why(lag)
-    if blind_reason is not None:  # (the readings show none of the work, or the lag is lost)
-        power_why = [blind_reason if w is None else w
-                     for w in (power_why if power_why is not None else [None] * n_cls)]
+        every_class_why = lag_edge_why(lag)
+    if every_class_why is not None:  # (the readings show none of the work, or the lag is lost)
+        power_why = _with_reason(power_why, np.ones(n_cls, bool), every_class_why)
     elif has_power and len(y) >= MIN_JUDGED and n_cls:  # one class the readings show nothing of
-        unseen = (np.asarray(dp, np.float64)[np.asarray(group)] <= BLIND_W) & (class_time_s > 0)
-        if bool(unseen.any()):
-            power_why = [unseen_why() if u and w is None else w for u, w in zip(
-                unseen.tolist(), power_why if power_why is not None else [None] * n_cls,
-                strict=True)]
+        unseen = (np.asarray(dp, np.float64)[np.asarray(group)] <= AT_BOUND_W) & (class_time_s > 0)
+        power_why = _with_reason(power_why, unseen, unseen_why())
     resolvable, cluster, why = class_verdicts(
         dyn_j=class_dyn, ci_j=ci, group=group,
         pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,

@@ -69,9 +69,10 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     workload (``aliasing``; P_idle is then held when the board has a value);
     ``idle_unplaced``: the reason when the readings' windows are busy throughout
     (``idle_place``; P_idle is then held when the board has a value); ``power_why``: per
-    class, why the power log cannot be trusted for its split (its clock is off, it covers too
-    little of the class's busy time: ``build``), else None; ``short_run``: the factor a short
-    run widened the bootstrap's spread by, where it is large enough to say
+    class, why the power readings cannot be trusted for its split (the log's clock is off,
+    it covers too little of the class's busy time, the lag sits at its search's edge, the
+    readings show none of the work or of this class: ``build``), else None; ``short_run``:
+    the factor a short run widened the bootstrap's spread by, where it is large enough to say
     (``boot_blocks.short_run_scale``)."""
     n_cls = len(dyn_j)
     cluster_of = {g: i for i, comp in enumerate(clusters) for g in comp}
