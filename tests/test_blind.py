@@ -35,11 +35,6 @@ def test_the_rule() -> None:
     assert not blind_to_work(np.zeros(3), np.zeros(3), 100.0, 50)  # nothing ran
 
 
-def test_the_cap_is_the_board_limit_above_idle() -> None:
-    assert blind_cap_w(PRESETS["h100"], 70.0) == PRESETS["h100"].tdp_w - 70.0
-    assert blind_cap_w(None, 70.0) == max(p.tdp_w for p in PRESETS.values()) - 70.0
-
-
 @pytest.fixture(scope="module")
 def blind_run() -> SimResult:
     """A phase-locked H100 run whose every reading sees only the step's idle part."""
