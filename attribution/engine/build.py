@@ -68,7 +68,9 @@ from attribution.engine.lag_refine import (
     lag_edge_warning,
     lag_edge_why,
     lag_profile_ms,
+    lag_reach_ms,
     refine_grid_lag,
+    residual_rise,
     slack_from_profile,
     slack_lags,
 )
@@ -806,15 +808,22 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
+        r_lag = regress.quick_rss(x, y)  # x: the matrix at the lag
         profile = lag_profile_ms(lambda d: rss_at([d], slow)[0], lag,
                                  n_readings=len(y), n_params=n_groups + 1, block=block,
-                                 at_lag=regress.quick_rss(x, y),  # x: the matrix at the lag
-                                 scores=lambda lags: rss_at(lags, slow))
+                                 at_lag=r_lag, scores=lambda lags: rss_at(lags, slow))
         slack = slack_from_profile(profile)
+        # the parabola's reach, or the residual's own where it stays low further (a notch
+        # on a plateau); not on a consumer board, whose slow stage moves the lag on purpose
+        reach = ((0.0, 0.0) if slow != (0.0, 0.0) or len(y) < MIN_LAG_READINGS else
+                 lag_reach_ms(lambda lags: rss_at(lags, slow), lag, r_0=r_lag,
+                              rise=residual_rise(r_lag, n_readings=len(y),
+                                                 n_params=n_groups + 1, block=block)))
+        lag_ends = (-max(slack, reach[0]), max(slack, reach[1]))
         act.release()
-        act.at([lag + d for d in (-slack, slack)], slow)  # both ends in one pass
+        act.at([lag + d for d in lag_ends], slow)  # both ends in one pass
         lag_fits = [fit_rows(design(d), prior, pooled=centre, idle_weight=idle_w)
-                    for d in (-slack, slack)]
+                    for d in lag_ends]
         act.release()
         prior_fits = [fit_rows(xf, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]

@@ -1,14 +1,15 @@
 """Sub-grid refinement of the fitted sensor lag, its uncertainty, and a lag at the search's edge.
 
 Owns :func:`refine_lag` (and :func:`refine_grid_lag`, the lag search's refinement both
-engines run) and :func:`lag_profile_ms` / :func:`slack_from_profile` (the lag's measured
-uncertainty, and the lag term of the intervals it gives), both read
-off the residual as a function of the lag near its minimum.  The lag search (``timebase``)
-steps 0.25 ms, yet a short class next to busy/idle edges moves by tens of per cent of its
-energy per 0.25 ms: on fixed_mix/a100 (seed 7) the pinned HtoD copy was −58 % at the grid's
-best lag and −1 % at the residual's minimum 0.1 ms away, and the short kernels it trades
-energy with +6…+25 % against +1…+12 %.  Between grid points the residual is smooth and close
-to a parabola, so its vertex through the best point and its two neighbours finds the
+engines run), :func:`lag_profile_ms` / :func:`slack_from_profile` (the lag's measured
+uncertainty, and the lag term of the intervals it gives), both read off the residual as a
+function of the lag near its minimum, and :func:`lag_reach_ms` (how far the residual itself
+stays within that uncertainty's bound, where it is no parabola).  The lag search
+(``timebase``) steps 0.25 ms, yet a short class next to busy/idle edges moves by tens of per
+cent of its energy per 0.25 ms: on fixed_mix/a100 (seed 7) the pinned HtoD copy was −58 % at
+the grid's best lag and −1 % at the residual's minimum 0.1 ms away, and the short kernels it
+trades energy with +6…+25 % against +1…+12 %.  Between grid points the residual is smooth and
+close to a parabola, so its vertex through the best point and its two neighbours finds the
 minimum; a second pass at half the step refines it; its curvature there bounds the lag.  The
 residual is the caller's (the same ridge fit the grid search scores with).
 """
@@ -126,6 +127,50 @@ def slack_from_profile(profile_ms: float) -> float:
     estimates; unbounded, the parabola put real square-wave runs' lag at ± 10⁷ ms)."""
     return min(LAG_COARSE_MS, max(LAG_SLACK_MS, profile_ms))
 
+
+
+WALK_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+"""Offsets from the fitted lag at which :func:`lag_reach_ms` reads the residual, each way."""
+
+
+def residual_rise(r_0: float, *, n_readings: int, n_params: int, block: int) -> float:
+    """The residual rise that bounds the lag at 90 % (``CHI2_90_1`` σ², σ² from the residual
+    ``r_0`` over ``n_readings / block`` effective readings, as :func:`lag_profile_ms`); inf
+    where the readings leave no degree of freedom."""
+    if n_readings <= n_params or not math.isfinite(r_0):
+        return math.inf
+    return CHI2_90_1 * r_0 / (n_readings - n_params) * block
+
+
+def lag_reach_ms(scores: Scores, lag_ms: float, *, r_0: float, rise: float
+                 ) -> tuple[float, float]:
+    """How far the lag may move below and above ``lag_ms`` with the residual still within
+    ``rise`` of ``r_0`` (its value at the lag): the 90 % profile set read directly, where
+    :func:`lag_profile_ms`'s parabola reads it off the curvature.  Reads the residual at every
+    ``WALK_MS`` offset each way (inside ``LAG_GRID_MS``, all in one call) and takes the
+    furthest within the bound, then halves the gap to the next offset once (where it is 1 ms
+    or more).  Every offset, not a walk that stops at the first rise: a notch a few tenths
+    of a ms wide can sit on a plateau just above the bound.
+
+    The two agree where the residual is a parabola.  Readings locked to a periodic job's
+    phase are not: their residual has a sharp notch on a plateau (phase_locked_step/a100 at
+    a 1 s step, seed 9: the curvature gave ±1.0 ms, the residual stayed within the bound
+    from −10.3 to +0.3 ms, and the GEMM fitted at −30 % was called resolvable)."""
+    lo_grid, hi_grid = LAG_GRID_MS
+    offs = [(sign, off) for sign in (-1.0, 1.0) for off in WALK_MS
+            if lo_grid <= lag_ms + sign * off <= hi_grid]
+    got = dict(zip(offs, scores([lag_ms + sign * off for sign, off in offs]), strict=True))
+    reach: list[float] = []
+    for sign in (-1.0, 1.0):
+        mine = [off for s, off in offs if s == sign]
+        inside = max((off for off in mine if got[sign, off] <= r_0 + rise), default=0.0)
+        beyond = [off for off in mine if off > inside]
+        if inside >= 1.0 and beyond:  # halve the gap to the next offset once
+            mid = 0.5 * (inside + beyond[0])
+            if scores([lag_ms + sign * mid])[0] <= r_0 + rise:
+                inside = mid
+        reach.append(inside)
+    return reach[0], reach[1]
 
 
 EDGE_MS = 0.5
