@@ -17,6 +17,7 @@ from attribution.model import (
 from attribution.presets import PRESETS, preset_for_name
 from attribution.sim import SCENARIOS, SimResult, simulate
 from attribution.sim.power import CONSUMER, DATACENTER, GRID_DT_NS, Response, respond
+from attribution.sim.scenarios import ClampSpec
 
 SECONDS = 12.0
 
@@ -177,6 +178,33 @@ def test_clamp_episode_sets_reasons_and_stretches_kernels() -> None:
     pin = np.median(res.truth.kernel_dynamic_j[kin] / d[kin])
     pout = np.median(res.truth.kernel_dynamic_j[kout] / d[kout])
     assert pin / pout == pytest.approx(0.7, rel=0.05)
+
+
+def test_several_clamp_episodes_each_span_their_own_kernels() -> None:
+    """Three episodes a fifth of the run apart: each episode's window is its own kernels as
+    laid out after the stretches, so the windows do not overlap and the clock reasons are
+    clear between them (the first episode's window used to run on to the second's, the
+    reasons set over 7 s of unclamped full-speed kernels, and the engine fitted P_idle −50 %
+    against that false clock log)."""
+    spec = dataclasses.replace(SCENARIOS["varied_mix"], clamps=(
+        ClampSpec(0.1, 0.3), ClampSpec(0.4, 0.6), ClampSpec(0.7, 0.9)))
+    res = simulate("varied_mix", "h100", 60.0, seed=2, spec=spec)
+    ep = sorted((e["start_ns"], e["end_ns"]) for e in res.truth.clamp_episodes)
+    assert len(ep) == 3
+    assert all(b0 < a1 for (_, b0), (a1, _) in zip(ep, ep[1:]))  # apart, in order
+    clk = res.trace.clocks
+    k = res.trace.kernels
+    t_true = k.start_ns - res.truth.clock_offset_ns
+    for (_, b0), (a1, _) in zip(ep, ep[1:]):
+        between = (clk.t_ns > b0 + 50_000_000) & (clk.t_ns < a1 - 50_000_000)
+        assert between.any()
+        assert not np.any(clk.clock_reasons[between] & CLOCK_REASON_SW_POWER_CAP)
+        # the kernels between two episodes run at full clock
+        gemm = np.array(["s16816gemm" in n for n in res.trace.strings.names()])[k.name_id]
+        mid = gemm & (t_true > b0) & (t_true < a1)
+        before = gemm & (t_true < ep[0][0])
+        d = k.end_ns - k.start_ns
+        assert np.median(d[mid]) == pytest.approx(np.median(d[before]), rel=0.1)
 
 
 def test_host_records_explain_the_gaps(varied: SimResult) -> None:

@@ -227,14 +227,15 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
             break
         n *= 2
     # clamp episodes: kernels starting inside run longer at lower power
-    clamped = np.zeros(len(start), dtype=bool)
-    for c in spec.clamps:
+    clamp_of = np.full(len(start), -1, dtype=np.int64)  # which episode clamped each item
+    for i, c in enumerate(spec.clamps):
         a = t0 + c.start_frac * (t_end - t0)
         b = t0 + c.end_frac * (t_end - t0)
         m = (start >= a) & (start < b) & ~flat["is_copy"]
         flat["dur"] = np.where(m, flat["dur"] / c.clock_ratio, flat["dur"])
         flat["dp"] = np.where(m, flat["dp"] * c.power_factor, flat["dp"])
-        clamped |= m
+        clamp_of[m] = i
+    clamped = clamp_of >= 0
     if spec.clamps:
         start, end = _layout(t0, flat["gap"], flat["dur"])
     # keep whole steps that end before the tail idle
@@ -242,12 +243,13 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
     keep = keep_step[flat["step"]]
     start, end = start[keep], end[keep]
     f = {key: v[keep] for key, v in flat.items()}
-    clamped = clamped[keep]
+    clamped, clamp_of = clamped[keep], clamp_of[keep]
     clamp_windows: list[tuple[int, int, int, float]] = []
-    for c in spec.clamps:
-        a = t0 + c.start_frac * (t_end - t0)
-        b = t0 + c.end_frac * (t_end - t0)
-        m = clamped & (start >= a) & (start < b + (b - a))
+    for i, c in enumerate(spec.clamps):
+        # the episode spans its own items, as laid out after every stretch (an episode's
+        # window taken as its nominal span again past its end took in the next episode's
+        # items, and the clock reasons stayed set over the unclamped time between)
+        m = clamp_of == i
         if m.any():
             clamp_windows.append((int(start[m].min()), int(end[m].max()), c.reason,
                                   c.clock_ratio))
