@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 import numpy as np
@@ -191,11 +192,11 @@ def test_several_clamp_episodes_each_span_their_own_kernels() -> None:
     res = simulate("varied_mix", "h100", 60.0, seed=2, spec=spec)
     ep = sorted((e["start_ns"], e["end_ns"]) for e in res.truth.clamp_episodes)
     assert len(ep) == 3
-    assert all(b0 < a1 for (_, b0), (a1, _) in zip(ep, ep[1:]))  # apart, in order
+    assert all(b0 < a1 for (_, b0), (a1, _) in itertools.pairwise(ep))  # apart, in order
     clk = res.trace.clocks
     k = res.trace.kernels
     t_true = k.start_ns - res.truth.clock_offset_ns
-    for (_, b0), (a1, _) in zip(ep, ep[1:]):
+    for (_, b0), (a1, _) in itertools.pairwise(ep):
         between = (clk.t_ns > b0 + 50_000_000) & (clk.t_ns < a1 - 50_000_000)
         assert between.any()
         assert not np.any(clk.clock_reasons[between] & CLOCK_REASON_SW_POWER_CAP)
