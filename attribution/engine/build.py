@@ -67,6 +67,7 @@ from attribution.engine.lag_refine import (
     lag_at_edge,
     lag_edge_warning,
     lag_edge_why,
+    lag_ends_ms,
     lag_profile_ms,
     lag_reach_ms,
     refine_grid_lag,
@@ -124,6 +125,15 @@ HELD_IDLE_READINGS = 100.0
 """P_idle prior weight per reading when the fit is degenerate (holds P_idle at the prior)."""
 BLOCK_S = 1.0
 """Bootstrap blocks span max(1 s, 3 W) of readings (readings closer are correlated)."""
+
+
+def readings_block(window_ms: float, period_ms: float) -> int:
+    """Readings per ``BLOCK_S`` block (at least 3 windows): the bootstrap's block, and the
+    readings whose residuals the lag's bound counts as one (both engines); 1 where the sensor
+    model is not known."""
+    if not (math.isfinite(window_ms) and math.isfinite(period_ms)):
+        return 1
+    return max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
 
 
 def _gpu_list(devices: list[int]) -> str:
@@ -791,7 +801,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         centre = regress.pooled_by_kind(xfb, yb, kinds)
         f = fit_rows(xf, prior, pooled=centre)
         idle_w = regress.IDLE_PRIOR_READINGS
-        block = max(1, round(max(BLOCK_S * 1e3, 3.0 * window_ms) / max(period_ms, 1e-3)))
+        block = readings_block(window_ms, period_ms)
         judged = judge_idle(f.p_idle_w, prior, rss_w2=readings_rms(f) ** 2 * len(y), n=len(y),
                             n_params=xf.shape[1] + 1, block=block,
                             leverage=idle_leverage(xf), phase_locked=locked is not None)
@@ -819,7 +829,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                  lag_reach_ms(lambda lags: rss_at(lags, slow), lag, r_0=r_lag,
                               rise=residual_rise(r_lag, n_readings=len(y),
                                                  n_params=n_groups + 1, block=block)))
-        lag_ends = (-max(slack, reach[0]), max(slack, reach[1]))
+        below, above = lag_ends_ms(slack, reach)
+        lag_ends = (-below, above)
         act.release()
         act.at([lag + d for d in lag_ends], slow)  # both ends in one pass
         lag_fits = [fit_rows(design(d), prior, pooled=centre, idle_weight=idle_w)

@@ -173,6 +173,13 @@ def lag_reach_ms(scores: Scores, lag_ms: float, *, r_0: float, rise: float
     return reach[0], reach[1]
 
 
+def lag_ends_ms(slack_ms: float, reach_ms: tuple[float, float]) -> tuple[float, float]:
+    """How far below and above the fitted lag the interval's two refits sit: the slack
+    (:func:`slack_from_profile`; the live engine's ``LAG_SLACK_MS``) or the residual's own
+    reach (:func:`lag_reach_ms`), whichever is further, each way."""
+    return max(slack_ms, reach_ms[0]), max(slack_ms, reach_ms[1])
+
+
 EDGE_MS = 0.5
 """A fitted lag (plus its response time) within this of an end of ``LAG_GRID_MS`` sits at
 the search's edge (:func:`lag_at_edge`)."""

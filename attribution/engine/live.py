@@ -43,12 +43,12 @@ from attribution.engine import regress
 from attribution.engine.activity import BusyFunction, Items, items_for_device
 from attribution.engine.aliasing import phase_locked
 from attribution.engine.blind import blind_to_work
-from attribution.engine.build import BLOCK_S, _fit_window, untraced_warning
+from attribution.engine.build import _fit_window, readings_block, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, unit_ids
-from attribution.engine.live_redo import Redo, redo_finish, redo_rows
+from attribution.engine.live_redo import LagParams, Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
     LOOKAHEAD_NS,
@@ -149,6 +149,8 @@ class DeviceState:
         self.pool = BootPool()
         self.search: ResponseSearch | None = None
         self.boost = Boost()  # consumer boards: slow stage and tail (live_boost)
+        # how far below and above the lag the interval's refits sit (the rows' x_lo, x_hi)
+        self.lag_ends_ms = (LAG_SLACK_MS, LAG_SLACK_MS)
         self.tail_rows = RowRing()  # the tail column of each row (consumer boards only)
         self.busy_end_ns: int | None = None  # last busy end seen (a tail gap's start)
         self.steps = StepRing()
@@ -167,6 +169,15 @@ class DeviceState:
         # records came (its first fit waits min_fit from there, not from the engine's start,
         # and the other GPUs do not wait for it: it joins the reductions once fitted)
         self.late_work_ns: int | None = None
+
+    @property
+    def lag_params(self) -> LagParams:
+        """(lag ms, τ ms, boost, the interval's lag ends): what a refit sets."""
+        return self.lag_ms, self.tau_ms, self.boost, self.lag_ends_ms
+
+    def set_lag_params(self, params: LagParams) -> None:
+        """Make a refit's values the device's."""
+        self.lag_ms, self.tau_ms, self.boost, self.lag_ends_ms = params
 
     def unit_ids(self, it: Items) -> I64:
         """Each item's unit (class, or its class's clamped unit) in the class table."""
@@ -404,8 +415,8 @@ class LiveEngine:
             st.last_fit_ns = self.now_ns  # too few readings: try again a refit period later
             return
         st.search = ResponseSearch(busy, t_all[idx], y_all[idx], st.window_ms,
-                                   consumer=st.consumer,
-                                   start_ns=s, end_ns=e)
+                                   consumer=st.consumer, start_ns=s, end_ns=e,
+                                   block=readings_block(st.window_ms, st.period_ms))
 
     def _search_land(self, st: DeviceState) -> None:
         """The search's result, once it has one: the new values now, or (a fitted device
@@ -416,19 +427,20 @@ class LiveEngine:
         if res is None:
             return
         st.spread = st.search.spread
+        params = (*res, st.search.lag_ends_ms)
         st.search = None
         # every row of the span the refit read (60 s on a consumer board): rows older than a
         # 20 s redo kept the values of fits on the run's first seconds
         lo = max(self.start_ns or self.now_ns, self.now_ns - st.fit_span_ns)
         t = st.rows.view()[0]
-        t = t[t - row_reach_ns(res[0], st.window_ms, res[2].reach_ms()) >= lo]
-        if st.fitted and res != (st.lag_ms, st.tau_ms, st.boost) and len(t):
-            st.redo = Redo(res, t.copy(), lo, self.now_ns)
+        t = t[t - row_reach_ns(res[0], st.window_ms, res[2].reach_ms(), params[3][1]) >= lo]
+        if st.fitted and params != st.lag_params and len(t):
+            st.redo = Redo(params, t.copy(), lo, self.now_ns)
             if math.isinf(self.redo_rows_per_tick):
                 redo_rows(st, self.chunks, math.inf)
                 redo_finish(st, self.chunks, self.now_ns)
         else:
-            st.lag_ms, st.tau_ms, st.boost = res
+            st.set_lag_params(params)
         st.fitted = True
         st.last_fit_ns = self.now_ns
         self.refits += 1
@@ -440,7 +452,8 @@ class LiveEngine:
         readings to rows (``live_reduce``)."""
         # records starting a little after b: the rows' windows at the lag slack, the idle
         # gap the slab's end cuts (classified whole)
-        slack_ns = max(int(np.ceil(LAG_SLACK_MS * 1e6)) + 1_000_000, LOOKAHEAD_NS)
+        slack_ns = max(int(np.ceil(max(LAG_SLACK_MS, st.lag_ends_ms[0]) * 1e6)) + 1_000_000,
+                       LOOKAHEAD_NS)
         sub = self.chunks.recent(a - LOOKBACK_NS, start_before_ns=b + slack_ns)
         it = items_for_device(sub, st.device)
         cls = st.unit_ids(it)  # per unit: a kernel class's clamped instances apart
@@ -458,7 +471,8 @@ class LiveEngine:
             st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
         if steps is None and not len(t):
             return
-        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms())]
+        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms(),
+                                          st.lag_ends_ms[1])]
                 if len(t) else [])
         need += [int(steps[0][0])] if steps is not None else []
         need_from = min(need)
@@ -473,7 +487,7 @@ class LiveEngine:
             xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
                                  end_ns=it.end_ns, prev_end_ns=st.busy_end_ns,
-                                 now_ns=self.now_ns)
+                                 now_ns=self.now_ns, ends_ms=st.lag_ends_ms)
         if steps is not None:
             s0, e0, items = steps
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,
@@ -556,10 +570,8 @@ class LiveEngine:
                      hs: list[F64] | None = None, *, first: bool = True,
                      span_s: float = math.inf) -> DevicePart:
         um = st.units.of(st.classes)
-        block = 1  # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
-        if np.isfinite(st.window_ms) and np.isfinite(st.period_ms):
-            block = max(1, round(max(BLOCK_S * 1e3, 3.0 * st.window_ms) / max(st.period_ms,
-                                                                              1e-3)))
+        # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
+        block = readings_block(st.window_ms, st.period_ms)
         self._draws += 1
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,

@@ -7,8 +7,9 @@ grid points as the batch engine refines it -- then on consumer boards
 ``timebase.fit_slow_response`` spread over ticks (:class:`SlowSearch`, driving its generator
 ``timebase.slow_response_steps``) and the tail scan on the same span, one min_gap a step
 (:class:`TailSteps`, driving ``tail.scan_tail_steps`` on ``tail.LIVE_MIN_GAP_GRID_MS``)) and
-:func:`row_columns` (a batch of reading rows' activity at lag, lag ∓ ``LAG_SLACK_MS`` with the
-slow stage, and the tail column at the same lags). The tail column of a row needs the idle gap
+:func:`row_columns` (a batch of reading rows' activity at lag and at the interval's two
+refits -- lag ∓ ``LAG_SLACK_MS``, or as far as the residual reaches -- with the slow stage,
+and the tail column at the same lags). The tail column of a row needs the idle gap
 its window sits in: the gap starts at the last busy end before it, which may lie before the
 records the engine still holds, so the caller passes the last busy end it has seen
 (``prev_end_ns``), and the gap in progress at the settle line is closed at ``now`` (a record
@@ -19,13 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import numpy as np
 
 from attribution.engine import regress, stepping
 from attribution.engine.aliasing import spread_ratio
-from attribution.engine.lag_refine import LAG_SLACK_MS, refine_grid_lag
+from attribution.engine.lag_refine import (
+    LAG_SLACK_MS,
+    lag_ends_ms,
+    lag_reach_ms,
+    refine_grid_lag,
+    residual_rise,
+)
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
 from attribution.engine.tail import (
@@ -91,8 +98,9 @@ class ResponseSearch:
     ``(lag, τ, Boost)``."""
 
     def __init__(self, busy: ActivityFn, t_ns: I64, y: F64, window_ms: float, *,
-                 consumer: bool, start_ns: I64, end_ns: I64) -> None:
+                 consumer: bool, start_ns: I64, end_ns: I64, block: int = 1) -> None:
         self._busy, self._t, self._y, self._w = busy, t_ns, y, window_ms
+        self._block = block  # readings whose residuals move together (the bootstrap's block)
         self._consumer = consumer
         self._items = (start_ns, end_ns)
         self._lag = LagSearch(busy, t_ns, y, window_ms)
@@ -102,6 +110,10 @@ class ResponseSearch:
         self.result: tuple[float, float, Boost] | None = None
         self.spread = 1.0
         """The readings' activity spread ratio at the result (``aliasing.spread_ratio``)."""
+        self.lag_ends_ms = (LAG_SLACK_MS, LAG_SLACK_MS)
+        """How far below and above the lag the interval's refits sit (``lag_refine
+        .lag_ends_ms``: the residual's own reach where it stays within its 90 % bound past
+        ``LAG_SLACK_MS``, as the batch engine; data-centre boards)."""
 
     def step(self, units: float = math.inf) -> tuple[float, float, Boost] | None:
         if self.result is not None:
@@ -113,10 +125,20 @@ class ResponseSearch:
             if not self._consumer:
                 lag, tau = self._fast
                 act = LagMatrices(self._busy, self._t, self._w, tau)
+
+                def rss_at(lags: Sequence[float]) -> list[float]:
+                    return [regress.quick_rss(m, self._y) for m in act.at(lags)]
+                x = act.at([lag])[0]
                 if len(self._t) >= MIN_LAG_READINGS:  # between the grid's points, as batch
-                    lag = refine_grid_lag(
-                        lambda lags: [regress.quick_rss(m, self._y) for m in act.at(lags)], lag)
-                self.spread = spread_ratio(self._busy, self._t, act.at([lag])[0], self._w,
+                    lag = refine_grid_lag(rss_at, lag)
+                    x = act.at([lag])[0]
+                    r_0 = regress.quick_rss(x, self._y)
+                    act.release()  # the walk's matrices are read once each
+                    self.lag_ends_ms = lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(
+                        rss_at, lag, r_0=r_0, rise=residual_rise(
+                            r_0, n_readings=len(self._y), n_params=x.shape[1] + 1,
+                            block=self._block)))
+                self.spread = spread_ratio(self._busy, self._t, x, self._w,
                                            lag_ms=lag, tau_ms=tau)
                 self.result = (lag, tau, Boost())
                 return self.result
@@ -163,14 +185,17 @@ class TailSteps:
 
 def row_columns(busy: QueryBusy, t_ns: I64, *, window_ms: float, lag_ms: float,
                 tau_ms: float, boost: Boost, start_ns: I64, end_ns: I64,
-                prev_end_ns: int | None, now_ns: int) -> tuple[list[F64], list[F64] | None]:
-    """Per-unit activity of the rows ``t_ns`` at lag, lag − and lag + ``LAG_SLACK_MS`` (with
-    the slow stage), and when the board's model has a tail, the tail column at those lags."""
-    lags = (lag_ms, lag_ms - LAG_SLACK_MS, lag_ms + LAG_SLACK_MS)
+                prev_end_ns: int | None, now_ns: int,
+                ends_ms: tuple[float, float] = (LAG_SLACK_MS, LAG_SLACK_MS)
+                ) -> tuple[list[F64], list[F64] | None]:
+    """Per-unit activity of the rows ``t_ns`` at lag, lag − and lag + ``ends_ms`` (the
+    interval's refits: ``LAG_SLACK_MS``, or as far as the residual reaches; with the slow
+    stage), and when the board's model has a tail, the tail column at those lags."""
+    lags = (lag_ms, lag_ms - ends_ms[0], lag_ms + ends_ms[1])
     if boost.slow[1] > 0:
         xs = [window_fractions(busy, t_ns, window_ms, d, tau_ms, slow=boost.slow) for d in lags]
     else:  # one busy-time query for the three lags
-        xs = list(reading_rows(busy, t_ns, window_ms, lag_ms, tau_ms))
+        xs = list(reading_rows(busy, t_ns, window_ms, lag_ms, tau_ms, ends_ms=ends_ms))
     if not boost.modelled:
         return xs, None
     if boost.tail is None or not len(t_ns):

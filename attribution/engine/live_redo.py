@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from attribution.engine.live import DeviceState
 
 
+LagParams = tuple[float, float, Boost, tuple[float, float]]
+"""What a refit sets: (lag ms, τ ms, boost model, how far below and above the lag the
+interval's refits sit)."""
+
+
 @dataclasses.dataclass
 class Redo:
     """A refit that moved the lag, applied over ticks: the new (lag, τ, boost), the rows to
@@ -44,7 +49,7 @@ class Redo:
     device's, when the last row is done (with the rows reduced meanwhile recomputed too):
     until then every row and the snapshot are the refit's predecessor's, not a mix."""
 
-    params: tuple[float, float, Boost]  # (lag ms, τ ms, boost) of the refit
+    params: LagParams  # (lag ms, τ ms, boost, lag ends) of the refit
     t_ns: I64  # the rows to redo, in time order
     lo_ns: int  # the records from here on reach every one of them
     now_ns: int
@@ -70,7 +75,7 @@ def redo_rows(st: DeviceState, chunks: ChunkBuffer, rows: float) -> None:
     newer than the refit, so it may run ahead of the update that applies it."""
     r = st.redo
     assert r is not None
-    lag_ms, tau_ms, boost = r.params
+    lag_ms, tau_ms, boost, ends_ms = r.params
     if r.busy is None:  # the records the buffer held at the refit (completed by then)
         it = items_for_device(chunks.recent(r.lo_ns, kinds=GPU_ITEMS), st.device)
         unit = st.unit_ids(it)
@@ -86,7 +91,7 @@ def redo_rows(st: DeviceState, chunks: ChunkBuffer, rows: float) -> None:
     k = len(r.t_ns) if math.isinf(rows) else min(len(r.t_ns), r.done + max(int(rows), 1))
     new, hs = row_columns(r.busy, r.t_ns[r.done:k], window_ms=st.window_ms, lag_ms=lag_ms,
                           tau_ms=tau_ms, boost=boost, start_ns=r.start_ns,
-                          end_ns=r.end_ns, prev_end_ns=None, now_ns=r.now_ns)
+                          end_ns=r.end_ns, prev_end_ns=None, now_ns=r.now_ns, ends_ms=ends_ms)
     for x, xn in zip(r.xs, new, strict=True):
         x[r.done:k] = xn
     if hs is not None:
@@ -112,9 +117,9 @@ def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
     the device's."""
     r = st.redo
     assert r is not None and r.complete
-    lag_ms, tau_ms, boost = r.params
+    lag_ms, tau_ms, boost, ends_ms = r.params
     st.redo = None  # done: into the ring, every row at once, and the values current
-    st.lag_ms, st.tau_ms, st.boost = r.params
+    st.set_lag_params(r.params)
     t, _, *xs = _widened_view(st)
     at = np.searchsorted(t, r.t_ns)
     ok = at < len(t)
@@ -130,14 +135,15 @@ def redo_finish(st: DeviceState, chunks: ChunkBuffer, now_ns: int) -> None:
     if not len(after):
         return
     lo = max(r.lo_ns, int(t[after[0]]) - row_reach_ns(lag_ms, st.window_ms,
-                                                       boost.reach_ms()) - LOOKBACK_NS)
+                                                       boost.reach_ms(), ends_ms[1])
+             - LOOKBACK_NS)
     it = items_for_device(chunks.recent(lo, kinds=GPU_ITEMS), st.device)
     unit = st.unit_ids(it)  # the wider read may hold units not seen before (a new clamp)
     t, _, *xs = _widened_view(st)
     busy = busy_from(it, unit, len(st.classes), lo)
     new, hs = row_columns(busy, t[after], window_ms=st.window_ms, lag_ms=lag_ms,
                           tau_ms=tau_ms, boost=boost, start_ns=it.start_ns,
-                          end_ns=it.end_ns, prev_end_ns=None, now_ns=now_ns)
+                          end_ns=it.end_ns, prev_end_ns=None, now_ns=now_ns, ends_ms=ends_ms)
     for x, xn in zip(xs, new, strict=True):
         x[after, :xn.shape[1]] = xn
     if hs is not None and tails is not None:

@@ -281,12 +281,14 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
                            minlength=N_CAUSES).astype(np.int64))
 
 
-def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0) -> int:
-    """How far before a reading its windows start, at the lag ± ``LAG_SLACK_MS``, any board
-    response on the grid and a consumer board's slow stage reaching ``slow_ms`` further back
-    (plus 1 ms for rounding)."""
-    return int(np.ceil((lag_ms + LAG_SLACK_MS + window_ms + 3.0 * TAU_GRID_MS[-1] + slow_ms
-                        + 1.0) * 1e6))
+def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0,
+                 above_ms: float = LAG_SLACK_MS) -> int:
+    """How far before a reading its windows start, at the lag and ``above_ms`` past it (the
+    interval's upper refit: ``LAG_SLACK_MS``, or the residual's reach), any board response on
+    the grid and a consumer board's slow stage reaching ``slow_ms`` further back (plus 1 ms
+    for rounding)."""
+    return int(np.ceil((lag_ms + max(above_ms, LAG_SLACK_MS) + window_ms
+                        + 3.0 * TAU_GRID_MS[-1] + slow_ms + 1.0) * 1e6))
 
 
 DENSE_CELLS = 32_768
@@ -456,9 +458,12 @@ def busy_from(it: Items, cls: I64, n_cls: int, need_from_ns: int,
 
 
 def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
-                 tau_ms: float) -> tuple[F64, F64, F64]:
-    """Per-class activity fractions over each reading's window at the lag and at lag ∓/±
-    ``LAG_SLACK_MS`` (the ``RowRing`` columns ``x, x_lo, x_hi``):
+                 tau_ms: float, *,
+                 ends_ms: tuple[float, float] = (LAG_SLACK_MS, LAG_SLACK_MS)
+                 ) -> tuple[F64, F64, F64]:
+    """Per-class activity fractions over each reading's window at the lag, at lag − and at
+    lag + ``ends_ms`` (the interval's refits, ``LAG_SLACK_MS`` each way unless the residual
+    reaches further: the ``RowRing`` columns ``x, x_lo, x_hi``):
     :func:`~attribution.engine.timebase.window_fractions` at the three lags (the mean over
     the response's delay points of each window's busy fraction), from one busy-time query
     for all of them, or with many classes from the (window, record) overlaps."""
@@ -468,7 +473,7 @@ def reading_rows(busy: QueryBusy, t_ns: I64, window_ms: float, lag_ms: float,
     # windows laid out (lag, delay point, reading)
     hi = np.concatenate([(t_ns[None, :] - np.rint(((lag_ms + d) + u[:, None]) * 1e6)
                           .astype(np.int64)).reshape(-1)
-                         for d in (0.0, -LAG_SLACK_MS, LAG_SLACK_MS)])
+                         for d in (0.0, -ends_ms[0], ends_ms[1])])
     lo = hi - np.int64(round(window_ms * 1e6))
     if busy.table_fits(2 * len(hi)):
         both = busy(np.concatenate([lo, hi]))
