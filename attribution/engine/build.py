@@ -783,12 +783,13 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         pscale = regress.prior_scale_for((win[1] - win[0]) * 1e-9)
 
         def fit_rows(xd: F64, p_prior: float | None, *, pooled: F64,
-                     idle_weight: float = regress.IDLE_PRIOR_READINGS) -> regress.Fit:
+                     idle_weight: float = regress.IDLE_PRIOR_READINGS,
+                     scale: float | None = None) -> regress.Fit:
             """:func:`regress.fit` of design ``xd`` (one row per reading) in rows of
             ``per_row`` readings."""
             return regress.fit(xfb if xd is xf else block_means(xd, per_row), yb, p_prior,
                                pooled=pooled, idle_weight=idle_weight, per_row=per_row,
-                               prior_scale=pscale)
+                               prior_scale=pscale if scale is None else scale)
 
         def readings_rms(e: regress.Fit) -> float:
             """The fit's residual RMS over the readings themselves (its own, over its rows,
@@ -838,6 +839,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         act.release()
         prior_fits = [fit_rows(xf, prior, pooled=centre * m, idle_weight=idle_w)
                       for m in regress.prior_span(f.dp_w, centre, kinds, xf.sum(axis=0))]
+        # the readings alone (no ΔP prior): where they hardly tell the short classes apart,
+        # the prior decides them and moves P_idle further than its span says (regress
+        # .DATA_ALONE_SCALE)
+        prior_fits.append(fit_rows(xf, prior, pooled=centre, idle_weight=idle_w,
+                                   scale=regress.DATA_ALONE_SCALE))
         if prior is not None and judged.hold and locked is None:
             # held because the readings do not place P_idle: it may be anywhere the sanity
             # band allows (phase-locked readings get their own interval below)

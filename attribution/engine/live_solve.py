@@ -161,11 +161,13 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
                prior_scale: float = 1.0) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
-    ``xs`` = per-unit activity at the lag and at lag ∓ ``LAG_SLACK_MS``; ``tail`` (consumer
-    boards) the tail column at the same three lags.  Draws ``boot_per_tick`` replicates into
-    ``pool`` and reads the class intervals off it, stretched to the fits at the other lags and
-    at the ΔP prior centre × ``regress.prior_span`` (its measured spread), as the batch
-    engine does, and with a tail to the fit without it.  ``phase_locked``: the readings
+    ``xs`` = per-unit activity at the lag and at the interval's two lag ends (∓
+    ``LAG_SLACK_MS``, or the residual's reach); ``tail`` (consumer boards) the tail column at
+    the same three lags.  Draws ``boot_per_tick`` replicates into ``pool`` and reads the class
+    intervals off it, stretched to the fits at the other lags, at the ΔP prior centre ×
+    ``regress.prior_span`` (its measured spread) and without the prior
+    (``regress.DATA_ALONE_SCALE``), as the batch engine does, and with a tail to the fit
+    without it.  ``phase_locked``: the readings
     cannot place P_idle (``aliasing``): held at the board's value, as a degenerate fit's.
     ``has_power``: the device has a power field (without one, energies are 0: times only;
     with one but no reading in the horizon, idle runs at the board's value).
@@ -247,6 +249,9 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     span = regress.prior_span(sol[1:], centre, kinds, m[0, 1:])
     ends_sys += [with_prior(m, v, prior, pooled=centre * k, idle_weight=idle_w,
                             prior_scale=ps) for k in span]
+    # the readings alone, as the batch engine (regress.DATA_ALONE_SCALE)
+    ends_sys.append(with_prior(m, v, prior, pooled=centre, idle_weight=idle_w,
+                               prior_scale=regress.DATA_ALONE_SCALE))
     if prior is not None and judged.hold and not phase_locked:
         # held because the readings do not place P_idle: anywhere the sanity band allows
         ends_sys += [with_prior(m, v, band_w, pooled=centre, idle_weight=idle_w,

@@ -146,6 +146,18 @@ def prior_span(dp_w: F64, centre_w: F64, kind: I64, exposure: F64) -> tuple[floa
     return 1.0 - k, 1.0 + k
 
 
+DATA_ALONE_SCALE = 1e-6
+"""The ΔP prior's weight in the intervals' "readings alone" end (both engines): the fit
+without the prior, in effect (a millionth of its weight, not zero: a group no reading sees
+keeps a diagonal, and the live engine's Cholesky a positive one).  The prior-span ends
+(:func:`prior_span`) move the prior's centre by the spread of ΔP fits the prior has already
+shrunk, so they understate its pull where the readings are weak: windows that each hold one
+whole 25 ms step (varied_mix/h100, seed 1) differ only by the step-to-step mix, the prior
+lifted the short classes 174 → 423 W and P_idle read 60.7 W against 70.5 W true, outside its
+53.0–68.3 W interval; without the prior the fit reads 70.0 W.  On the kept suites no
+resolvable class and no resolvable coverage moves (docs/attribution.md, "Intervals")."""
+
+
 def prior_scale_for(span_s: float) -> float:
     """The ΔP prior's weight on a run of ``span_s`` seconds, as a multiple of
     :data:`PRIOR_READINGS`: ``min(1, span / PRIOR_REF_S)``.  The weight was chosen on runs of
