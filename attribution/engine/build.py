@@ -650,6 +650,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     rd = readings_for(trace, device, preset)
     period_ms, window_ms, source = sensor_model(preset, rd)
     field = rd.field.label if rd.field is not None else "none"
+    if rd.fresh_from_values:
+        warnings.append(f"GPU {device}: the {field} rows carry no fresh marks while their value "
+                        f"repeats between changes: each change of value taken as a new "
+                        f"reading ({len(rd.t_ns)} of them), published some time since the "
+                        "poll before (as an nvidia-smi log's)")
     idx = usable(rd.t_ns, window_ms, win[0], win[1]) if rd.field is not None else np.empty(0,
                                                                                          np.int32)
     t_k, y = rd.t_ns[idx], rd.power_w[idx]
