@@ -23,7 +23,9 @@ from attribution.engine.lag_refine import (
     Scores,
     lag_ends_ms,
     lag_reach_ms,
+    lag_rise,
     residual_rise,
+    seen_rise,
 )
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_boost import ResponseSearch
@@ -100,6 +102,32 @@ def test_the_reach_stays_inside_the_search() -> None:
     assert lo <= 3.0 and hi >= WALK_MS[-1]
 
 
+def test_the_rise_over_the_readings_that_see_work() -> None:
+    rng = np.random.default_rng(5)
+    n, block = 200, 10
+    resid = rng.normal(0.0, 1.0, n)
+    x = rng.uniform(0.1, 0.5, size=(n, 2))
+    every = residual_rise(float(resid @ resid), n_readings=n, n_params=3, block=block)
+    # every window sees work, whole blocks: the same bound
+    assert seen_rise(resid, np.ones(n, bool), n_params=3, block=block) == pytest.approx(every)
+    assert lag_rise(resid, x, block=block) == pytest.approx(every)
+    # one window in 20 sees work, each alone in its block, with a residual 5x the idle ones'
+    seen = np.zeros(n, bool)
+    seen[::20] = True
+    quiet = np.where(seen, 5.0 * resid, 0.05 * resid)
+    x_quiet = np.where(seen[:, None], x, 0.0)
+    alone = seen_rise(quiet, seen, n_params=3, block=block)
+    assert alone == pytest.approx(
+        2.706 * float(np.sum(quiet[seen] ** 2)) / (int(seen.sum()) - 3))
+    assert lag_rise(quiet, x_quiet, block=block) == alone
+    assert alone > 2 * residual_rise(float(quiet @ quiet), n_readings=n, n_params=3,
+                                      block=block)
+    # fewer readings see work than the fit has parameters: no bound
+    few = np.zeros(n, bool)
+    few[:2] = True
+    assert seen_rise(resid, few, n_params=3, block=block) == math.inf
+
+
 def test_the_rise_is_the_chi2_bound() -> None:
     assert residual_rise(100.0, n_readings=102, n_params=2, block=5) == pytest.approx(
         2.706 * 100.0 / 100 * 5)
@@ -111,6 +139,7 @@ def test_the_rise_is_the_chi2_bound() -> None:
     ("v100", 2000.0, 30.0, 3),   # before: GEMM −24 %, elementwise +163 %, both resolvable
     ("a100", 1000.0, 30.0, 9),   # before: GEMM resolvable at −30 %
     ("h200", 2000.0, 120.0, 2),  # before: GEMM resolvable at −54 %
+    ("a100", 2000.0, 30.0, 0),   # before the bound over the readings that see work: −12 %
 ])
 def test_a_periodic_job_calls_no_class_resolvable_that_its_interval_misses(
         gpu: str, period_ms: float, seconds: float, seed: int) -> None:
@@ -168,7 +197,8 @@ def test_the_live_view_reaches_as_far_as_the_residual_too(gpu: str, period_ms: f
 
 def test_the_live_search_reaches_as_the_batch_rule_does() -> None:
     """On a plateau the live refit's ends are the batch rule's on the same readings (not the
-    fixed ±0.5 ms): ``lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(...))`` of the residual there."""
+    fixed ±0.5 ms): ``lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(...))`` of the residual there,
+    bounded by ``lag_rise``."""
     spec = dataclasses.replace(SCENARIOS["phase_locked_step"], step_period_ms=1000.0)
     trace = simulate("phase_locked_step", "a100", 30.0, seed=9, spec=spec).trace
     win = trace_window(trace)
@@ -187,8 +217,9 @@ def test_the_live_search_reaches_as_the_batch_rule_does() -> None:
 
     def rss(lags: Sequence[float]) -> list[float]:
         return [regress.quick_rss(window_fractions(busy, t, 25.0, d, tau), y) for d in lags]
-    r_0 = rss([lag])[0]
-    want = lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(rss, lag, r_0=r_0, rise=residual_rise(
-        r_0, n_readings=len(y), n_params=len(it.labels) + 1, block=block)))
+    x = window_fractions(busy, t, 25.0, lag, tau)
+    resid = regress.quick_resid(x, y)
+    want = lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(rss, lag, r_0=float(resid @ resid),
+                                                  rise=lag_rise(resid, x, block=block)))
     assert search.lag_ends_ms == pytest.approx(want)
     assert max(search.lag_ends_ms) > LAG_SLACK_MS  # a plateau: the fixed slack would not do

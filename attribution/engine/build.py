@@ -70,8 +70,8 @@ from attribution.engine.lag_refine import (
     lag_ends_ms,
     lag_profile_ms,
     lag_reach_ms,
+    lag_rise,
     refine_grid_lag,
-    residual_rise,
     slack_from_profile,
     slack_lags,
 )
@@ -824,7 +824,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
         # regress.prior_span): both go into the interval below
-        r_lag = regress.quick_rss(x, y)  # x: the matrix at the lag
+        resid = regress.quick_resid(x, y)  # x: the matrix at the lag
+        r_lag = float(resid @ resid)
         profile = lag_profile_ms(lambda d: rss_at([d], slow)[0], lag,
                                  n_readings=len(y), n_params=n_groups + 1, block=block,
                                  at_lag=r_lag, scores=lambda lags: rss_at(lags, slow))
@@ -833,8 +834,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # on a plateau); not on a consumer board, whose slow stage moves the lag on purpose
         reach = ((0.0, 0.0) if slow != (0.0, 0.0) or len(y) < MIN_LAG_READINGS else
                  lag_reach_ms(lambda lags: rss_at(lags, slow), lag, r_0=r_lag,
-                              rise=residual_rise(r_lag, n_readings=len(y),
-                                                 n_params=n_groups + 1, block=block)))
+                              rise=lag_rise(resid, x, block=block)))
         below, above = lag_ends_ms(slack, reach)
         lag_ends = (-below, above)
         act.release()

@@ -30,8 +30,8 @@ from attribution.engine.lag_refine import (
     LAG_SLACK_MS,
     lag_ends_ms,
     lag_reach_ms,
+    lag_rise,
     refine_grid_lag,
-    residual_rise,
 )
 from attribution.engine.live_lag import LagSearch
 from attribution.engine.live_reduce import QueryBusy, reading_rows
@@ -132,12 +132,11 @@ class ResponseSearch:
                 if len(self._t) >= MIN_LAG_READINGS:  # between the grid's points, as batch
                     lag = refine_grid_lag(rss_at, lag)
                     x = act.at([lag])[0]
-                    r_0 = regress.quick_rss(x, self._y)
+                    resid = regress.quick_resid(x, self._y)
                     act.release()  # the walk's matrices are read once each
                     self.lag_ends_ms = lag_ends_ms(LAG_SLACK_MS, lag_reach_ms(
-                        rss_at, lag, r_0=r_0, rise=residual_rise(
-                            r_0, n_readings=len(self._y), n_params=x.shape[1] + 1,
-                            block=self._block)))
+                        rss_at, lag, r_0=float(resid @ resid),
+                        rise=lag_rise(resid, x, block=self._block)))
                 self.spread = spread_ratio(self._busy, self._t, x, self._w,
                                            lag_ms=lag, tau_ms=tau)
                 self.result = (lag, tau, Boost())

@@ -220,6 +220,12 @@ def fit(x: F64, y: F64, p_idle_prior_w: float | None, *,
 
 def quick_rss(x: F64, y: F64) -> float:
     """Residual sum of squares of an unconstrained ridge fit (for the lag grid search)."""
+    r = quick_resid(x, y)
+    return float(r @ r)
+
+
+def quick_resid(x: F64, y: F64) -> F64:
+    """The residuals of :func:`quick_rss`'s fit, reading by reading."""
     k, g = x.shape
     a_mat = np.empty((k, g + 1))
     a_mat[:, 0] = 1.0
@@ -231,8 +237,7 @@ def quick_rss(x: F64, y: F64) -> float:
     ata.flat[g + 2::g + 2] += lam
     ata.flat[::g + 2] += 1e-12
     coef = np.linalg.solve(ata, a_mat.T @ y)
-    r = y - a_mat @ coef
-    return float(r @ r)
+    return np.asarray(y - a_mat @ coef, np.float64)
 
 
 def block_indices(n: int, block: int, rng: np.random.Generator) -> I64:
