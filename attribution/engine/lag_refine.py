@@ -100,24 +100,32 @@ def slack_lags(lag_ms: float) -> list[float]:
     return [lag_ms - LAG_FINE_MS, lag_ms + LAG_FINE_MS]
 
 
+def residual_rise(r_0: float, *, n_readings: int, n_params: int, block: float) -> float:
+    """The residual rise that bounds the lag at 90 %: ``CHI2_90_1`` σ², σ² from the residual
+    ``r_0`` over ``n_readings / block`` effective readings (residuals within a bootstrap block
+    move together); inf where the readings leave no degree of freedom."""
+    if n_readings <= n_params or not math.isfinite(r_0):
+        return math.inf
+    return CHI2_90_1 * (r_0 / (n_readings - n_params) * block)
+
+
 def lag_profile_ms(score: Callable[[float], float], lag_ms: float, *, n_readings: int,
                    n_params: int, block: int, at_lag: float | None = None,
                    scores: Scores | None = None) -> float:
     """The lag's 90 % profile half-width from the residual's curvature at the fitted lag
-    (``score(d)`` = the residual sum of squares at lag d, ms), with σ² from the residual over
-    ``n_readings / block`` effective readings (residuals within a bootstrap block move
-    together); inf where the readings resolve no minimum.  With the sensor's own timestamps
-    it stays far below 0.5 ms; poll-stamped readings (nvidia-smi logs) flatten the residual
-    and widen it (docs/attribution.md).  ``at_lag``: ``score(lag_ms)`` when the caller has it
-    already; ``scores``: as :func:`refine_lag`'s."""
+    (``score(d)`` = the residual sum of squares at lag d, ms): where the parabola through
+    it rises by :func:`residual_rise`; inf where the readings resolve no minimum.  With the
+    sensor's own timestamps it stays far below 0.5 ms; poll-stamped readings (nvidia-smi
+    logs) flatten the residual and widen it (docs/attribution.md).  ``at_lag``:
+    ``score(lag_ms)`` when the caller has it already; ``scores``: as :func:`refine_lag`'s."""
     h = LAG_FINE_MS
     r_0 = score(lag_ms) if at_lag is None else at_lag
     r_m, r_p = (scores if scores is not None else _one_by_one(score))(slack_lags(lag_ms))
     curv = r_m - 2.0 * r_0 + r_p
     if not (curv > 0.0 and n_readings > n_params and np.isfinite(curv)):
         return math.inf
-    s2 = r_0 / (n_readings - n_params) * block
-    return h * float(np.sqrt(2.0 * CHI2_90_1 * s2 / curv))
+    rise = residual_rise(r_0, n_readings=n_readings, n_params=n_params, block=block)
+    return h * float(np.sqrt(2.0 * rise / curv))
 
 
 def slack_from_profile(profile_ms: float) -> float:
@@ -129,18 +137,8 @@ def slack_from_profile(profile_ms: float) -> float:
     return min(LAG_COARSE_MS, max(LAG_SLACK_MS, profile_ms))
 
 
-
 WALK_MS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 """Offsets from the fitted lag at which :func:`lag_reach_ms` reads the residual, each way."""
-
-
-def residual_rise(r_0: float, *, n_readings: int, n_params: int, block: int) -> float:
-    """The residual rise that bounds the lag at 90 % (``CHI2_90_1`` σ², σ² from the residual
-    ``r_0`` over ``n_readings / block`` effective readings, as :func:`lag_profile_ms`); inf
-    where the readings leave no degree of freedom."""
-    if n_readings <= n_params or not math.isfinite(r_0):
-        return math.inf
-    return CHI2_90_1 * r_0 / (n_readings - n_params) * block
 
 
 def seen_rise(resid_w: F64, seen: B, *, n_params: int, block: int) -> float:
@@ -150,7 +148,7 @@ def seen_rise(resid_w: F64, seen: B, *, n_params: int, block: int) -> float:
     work) the idle readings' near-zero residuals set σ² far below theirs and the bound too
     tight: phase_locked_step/a100 at a 2 s step (seed 0) kept a GEMM resolvable at −12 % at a
     notch 13 % below a plateau the all-readings bound (9.8 %) called significant, with ~15
-    of 279 readings seeing any work.  Where every window sees work it is
+    of 279 readings seeing any work.  Where every window sees work (in whole blocks) it is
     :func:`residual_rise` itself; inf where fewer readings see work than the fit has
     parameters."""
     k = int(np.count_nonzero(seen))
@@ -158,8 +156,12 @@ def seen_rise(resid_w: F64, seen: B, *, n_params: int, block: int) -> float:
         return math.inf
     blocks = np.unique(np.flatnonzero(seen) // max(block, 1))
     per_block = k / len(blocks)
-    r2 = float(np.sum(resid_w[seen] ** 2))
-    return CHI2_90_1 * r2 / (k - n_params) * per_block
+    return residual_rise(float(np.sum(resid_w[seen] ** 2)), n_readings=k, n_params=n_params,
+                         block=per_block)
+
+
+SEEN_FRACTION = 1e-9
+"""A window whose activity sums to more than this sees work (:func:`lag_rise`)."""
 
 
 def lag_rise(resid_w: F64, x: F64, *, block: int) -> float:
@@ -171,10 +173,6 @@ def lag_rise(resid_w: F64, x: F64, *, block: int) -> float:
     return max(residual_rise(r_0, n_readings=len(resid_w), n_params=n_params, block=block),
                seen_rise(resid_w, x.sum(axis=1) > SEEN_FRACTION, n_params=n_params,
                          block=block))
-
-
-SEEN_FRACTION = 1e-9
-"""A window whose activity sums to more than this sees work (:func:`lag_rise`)."""
 
 
 def lag_reach_ms(scores: Scores, lag_ms: float, *, r_0: float, rise: float
