@@ -235,7 +235,6 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
         flat["dur"] = np.where(m, flat["dur"] / c.clock_ratio, flat["dur"])
         flat["dp"] = np.where(m, flat["dp"] * c.power_factor, flat["dp"])
         clamp_of[m] = i
-    clamped = clamp_of >= 0
     if spec.clamps:
         start, end = _layout(t0, flat["gap"], flat["dur"])
     # keep whole steps that end before the tail idle
@@ -243,7 +242,8 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
     keep = keep_step[flat["step"]]
     start, end = start[keep], end[keep]
     f = {key: v[keep] for key, v in flat.items()}
-    clamped, clamp_of = clamped[keep], clamp_of[keep]
+    clamp_of = clamp_of[keep]
+    clamped = clamp_of >= 0
     clamp_windows: list[tuple[int, int, int, float]] = []
     for i, c in enumerate(spec.clamps):
         # the episode spans its own items, as laid out after every stretch (an episode's
