@@ -12,32 +12,16 @@ import numpy as np
 import pytest
 
 from attribution.engine import attribute, regress
-from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.sim import SimResult, simulate
 from attribution.sim.scenarios import SCENARIOS
-from attribution.snapshot import Snapshot
+from tests.test_live_engine import drive
 
 
 def _step_25ms(gpu: str, seed: int) -> SimResult:
     spec = dataclasses.replace(SCENARIOS["varied_mix"], step_period_ms=25.0,
                                kernels_per_step=12, p_stall=1.0, p_sync=0.0)
     return simulate("varied_mix", gpu, 30.0, seed=seed, spec=spec)
-
-
-def _live_last(res: SimResult) -> Snapshot:
-    eng = LiveEngine(devices=res.trace.devices, horizon_s=30.0)
-    deltas = Deltas(res.trace)
-    span = res.trace.gpu_span_ns()
-    assert span is not None
-    prev, now, snap = span[0] - 1, span[0], None
-    while now < span[1]:
-        now = min(now + 500_000_000, span[1])
-        eng.update(deltas.between(prev, now), now)
-        snap = eng.snapshot() or snap
-        prev = now
-    assert snap is not None
-    return snap
 
 
 def test_the_fit_without_the_prior_is_the_readings_own() -> None:
@@ -67,5 +51,7 @@ def test_active_idle_interval_reaches_what_the_readings_alone_say(gpu: str, seed
 def test_the_live_view_reaches_it_too() -> None:
     res = _step_25ms("h100", 1)
     truth_w = res.truth.active_idle_w * res.truth.gain
-    lo, hi = _live_last(res).meta["active_idle_ci_w"]["0"]
+    snap = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
+    assert snap is not None
+    lo, hi = snap.meta["active_idle_ci_w"]["0"]
     assert lo <= truth_w and hi >= 0.98 * truth_w  # before: [53.4, 68.6] W against 70.5 W

@@ -11,7 +11,7 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.live import LiveEngine
-from attribution.engine.timebase import MIN_FRESH, REPEATS_SHARE, readings_for
+from attribution.engine.timebase import MIN_FRESH, readings_for
 from attribution.model import PowerBatch, PowerField, Trace
 from attribution.presets import PRESETS
 from attribution.sim import simulate
@@ -240,4 +240,3 @@ def test_values_that_change_on_most_rows_are_not_taken_for_repeats() -> None:
     steps = dataclasses.replace(polls, power_mw=polls.power_mw + np.arange(900) // 4)
     rd = readings_for(dataclasses.replace(trace, power=steps), 0)
     assert rd.fresh_from_values and len(rd.t_ns) == 225
-    assert REPEATS_SHARE < 1.0

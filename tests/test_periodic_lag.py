@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from attribution.engine import attribute, regress
-from attribution.engine.activity import BusyFunction, items_for_device
-from attribution.engine.build import readings_block, trace_window
-from attribution.engine.deltas import Deltas
+from attribution.engine.activity import items_for_device
+from attribution.engine.build import readings_block
 from attribution.engine.lag_refine import (
     LAG_SLACK_MS,
     WALK_MS,
@@ -34,14 +33,11 @@ from attribution.engine.timebase import (
     MAX_RIVALS,
     RIVAL_RATIO,
     coarse_rivals,
-    readings_for,
-    usable,
     window_fractions,
 )
-from attribution.model import Trace
 from attribution.sim import simulate
 from attribution.sim.scenarios import SCENARIOS
-from attribution.snapshot import Snapshot
+from tests.test_live_engine import _search_inputs, drive
 
 
 def _scores(f: Callable[[float], float]) -> Scores:
@@ -156,22 +152,6 @@ def test_a_periodic_job_calls_no_class_resolvable_that_its_interval_misses(
                                                                (lo, hi), want)
 
 
-def _live_last(trace: Trace, horizon_s: float) -> Snapshot:
-    """The live engine fed ``trace`` tick by tick (0.5 s), its last snapshot."""
-    eng = LiveEngine(devices=trace.devices, horizon_s=horizon_s)
-    deltas = Deltas(trace)
-    span = trace.gpu_span_ns()
-    assert span is not None
-    prev, now, snap = span[0] - 1, span[0], None
-    while now < span[1]:
-        now = min(now + 500_000_000, span[1])
-        eng.update(deltas.between(prev, now), now)
-        snap = eng.snapshot() or snap
-        prev = now
-    assert snap is not None
-    return snap
-
-
 @pytest.mark.parametrize(("gpu", "period_ms", "seed"), [
     ("v100", 1000.0, 9),  # before: elementwise resolvable at +42 % in the live view
     ("a100", 2000.0, 2),  # before: GEMM resolvable at +58 %
@@ -180,7 +160,8 @@ def test_the_live_view_reaches_as_far_as_the_residual_too(gpu: str, period_ms: f
                                                             seed: int) -> None:
     spec = dataclasses.replace(SCENARIOS["phase_locked_step"], step_period_ms=period_ms)
     res = simulate("phase_locked_step", gpu, 30.0, seed=seed, spec=spec)
-    snap = _live_last(res.trace, 30.0)
+    snap = drive(res.trace, LiveEngine(devices=res.trace.devices, horizon_s=30.0))
+    assert snap is not None
     k = res.trace.kernels
     inside = (k.start_ns >= snap.window.start_ns) & (k.end_ns <= snap.window.end_ns)
     ids = k.name_id[inside].astype(np.int64)
@@ -201,13 +182,8 @@ def test_the_live_search_reaches_as_the_batch_rule_does() -> None:
     bounded by ``lag_rise``."""
     spec = dataclasses.replace(SCENARIOS["phase_locked_step"], step_period_ms=1000.0)
     trace = simulate("phase_locked_step", "a100", 30.0, seed=9, spec=spec).trace
-    win = trace_window(trace)
-    assert win is not None
+    busy, t, y = _search_inputs(trace, 25.0)
     it = items_for_device(trace, 0)
-    busy = BusyFunction(it.start_ns, it.end_ns, it.cls, len(it.labels), origin_ns=win[0])
-    rd = readings_for(trace, 0)
-    idx = usable(rd.t_ns, 25.0, win[0], win[1])
-    t, y = rd.t_ns[idx], rd.power_w[idx]
     block = readings_block(25.0, 100.0)
     search = ResponseSearch(busy, t, y, 25.0, consumer=False, start_ns=it.start_ns,
                             end_ns=it.end_ns, block=block)
