@@ -14,6 +14,10 @@ from collections.abc import Mapping
 
 from attribution.model import PowerField
 
+NOMINAL_LAG_MS = 1.5
+"""The sensor's lag where the readings cannot place it (phase-locked: both engines, and the
+live engine before its first fit)."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SensorModel:
@@ -23,7 +27,7 @@ class SensorModel:
     field: PowerField
     period_ms: float
     window_ms: float
-    lag_ms: float = 1.5
+    lag_ms: float = NOMINAL_LAG_MS
 
     @property
     def coverage(self) -> float:

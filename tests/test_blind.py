@@ -76,12 +76,12 @@ def test_with_a_counter_the_total_closes_to_it(blind_run: SimResult) -> None:
 
 
 def test_a_run_the_readings_see_is_not_told() -> None:
-    res = simulate(scenario="phase_locked_step", gpu="h100", seconds=30.0, seed=0)
+    res = simulate(scenario="phase_locked_step", gpu="h100", seconds=30.0, seed=1)
     snap = attribute(res.trace, n_boot=50)
     assert not any("show none of the work" in w for w in snap.warnings)
 
 
-@pytest.mark.parametrize(("seed", "blind"), [(3, True), (0, False)])
+@pytest.mark.parametrize(("seed", "blind"), [(3, True), (1, False)])
 def test_live_anchoring_reaches_the_rows_and_the_steps(seed: int, blind: bool) -> None:
     """The live view of a phase-locked H100 run with an energy counter: told as the batch
     engine tells it, and the counter's energy in the steps as in the rows (the steps kept

@@ -352,7 +352,10 @@ def test_p_idle_held_at_the_board_value_keeps_what_the_readings_said_in_its_inte
     assert "held at the board's 70 W" in d.class_why[0]
     lo, hi = d.p_idle_ci_w
     assert lo <= res.truth.active_idle_w <= hi
-    assert hi > 2 * res.truth.active_idle_w  # the free fit's 281 W is inside
+    # the free fit's value (69 W at the sensor model's lag; 270 W at the 13.5 ms the locked
+    # readings fitted, before they stopped placing the lag) is inside
+    fitted_w = float(d.class_why[0].split("(fitted ")[1].split(" W")[0])
+    assert lo - 0.5 <= fitted_w <= hi + 0.5  # (the line rounds to 1 W)
 
 
 def test_simulator_fixed_mix_is_a_cluster_not_a_number() -> None:

@@ -86,6 +86,20 @@ def spread_ratio(busy: ActivityFn, t_ns: I64, x: F64, window_ms: float, *, lag_m
     return _spread(x) / ref
 
 
+def spread_ratio_sums(x: F64, n_rand: float, sum_x: F64, sum_xx: F64) -> float:
+    """:func:`spread_ratio` with the random windows given by their count and the per-column
+    sums of their busy fractions and of their squares (the live engine keeps these per slab,
+    so the horizon's reference is a running sum): the readings' spread ``x`` over the random
+    windows' (same columns), 1.0 when the test does not apply."""
+    if len(x) < MIN_READINGS or x.ndim != 2 or x.shape[1] == 0 or n_rand < 2:
+        return 1.0
+    mean = sum_x / n_rand
+    ref = float(np.sum(np.maximum(sum_xx / n_rand - mean * mean, 0.0)))
+    if ref < MIN_SPREAD:
+        return 1.0
+    return _spread(x) / ref
+
+
 def phase_locked(ratio: float) -> bool:
     """The readings are phase-locked to the workload (see the module docstring)."""
     return ratio < PHASE_LOCKED_RATIO
@@ -98,6 +112,22 @@ def locked_warning(device: int, ratio: float, *, held: bool) -> str:
             "windows): they cannot place the active idle power or split the classes; "
             + ("active idle held at the board's value" if held else
                "no board value to hold the active idle at"))
+
+
+def locked_lag_warning(device: int, fitted_ms: float, used_ms: float) -> str:
+    """The batch engine's line when phase-locked readings fitted a lag it does not use."""
+    return (f"GPU {device}: phase-locked readings do not place the lag (they fitted "
+            f"{fitted_ms:.3g} ms): the sensor model's {used_ms:.3g} ms is used")
+
+
+def lag_kept_warning(device: int, ratio: float, lag_ms: float, fitted: bool,
+                     span_s: float) -> str:
+    """The live view's line when its last lag search read phase-locked readings (whose lag
+    is any: every lag sees the same slice) and kept the lag it had."""
+    return (f"GPU {device}: the lag search on the last {span_s:.0f} s read phase-locked "
+            f"readings ({100 * ratio:.2g}% of the activity spread of randomly placed windows), "
+            f"which do not place the lag: it stays at {lag_ms:.3g} ms ("
+            + ("the last one fitted)" if fitted else "the sensor model's, never fitted)"))
 
 
 def counter_scale(dynamic_j: float, measured_j: float | None, other_j: float) -> float | None:

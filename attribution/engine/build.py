@@ -29,6 +29,7 @@ from attribution.engine.aliasing import (
     anchor_warning,
     counter_scale,
     locked_interval,
+    locked_lag_warning,
     locked_warning,
     phase_locked,
     spread_ratio,
@@ -108,7 +109,7 @@ from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, covered_ns, device_indices, idle_intervals
 from attribution.intsets import counts
 from attribution.model import F64, I32, I64, B, PowerField, Trace
-from attribution.presets import GpuPreset, get_preset, preset_for_name
+from attribution.presets import NOMINAL_LAG_MS, GpuPreset, get_preset, preset_for_name
 
 MAX_GROUPS = 32
 """Classes beyond the 32 busiest share one regressor ("rest")."""
@@ -760,6 +761,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if phase_locked(spread):
             locked = spread
             warnings.append(locked_warning(device, spread, held=prior is not None))
+            if (lag, tau) != (NOMINAL_LAG_MS, 0.0):  # every lag sees one slice: the fitted
+                warnings.append(locked_lag_warning(device, lag, NOMINAL_LAG_MS))  # one is any
+                lag, tau = NOMINAL_LAG_MS, 0.0
+                act = LagMatrices(busy, t_k, window_ms, tau, spread_ns=sp_k)
+                x = act.at([lag, *slack_lags(lag)], slow)[0]
         if preset is not None and preset.consumer_boost:
             scan = scan_tail(x, y, s_ns, e_ns, t_k, window_ms=window_ms, lag_ms=lag,
                              rss=regress.quick_rss)

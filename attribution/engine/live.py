@@ -41,7 +41,7 @@ import numpy as np
 
 from attribution.engine import regress
 from attribution.engine.activity import BusyFunction, Items, items_for_device
-from attribution.engine.aliasing import phase_locked
+from attribution.engine.aliasing import phase_locked, spread_ratio_sums
 from attribution.engine.blind import blind_to_work
 from attribution.engine.build import _fit_window, readings_block, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
@@ -56,6 +56,8 @@ from attribution.engine.live_reduce import (
     ChunkBuffer,
     _fsum,
     busy_from,
+    random_sums,
+    random_window_ends,
     reduce_slab,
     row_reach_ns,
 )
@@ -67,7 +69,7 @@ from attribution.engine.live_ring import (
     SlabRing,
     StepRing,
 )
-from attribution.engine.live_snapshot import DevicePart, assemble
+from attribution.engine.live_snapshot import DevicePart, LagKept, assemble
 from attribution.engine.live_solve import BootPool, fit_device
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
@@ -75,10 +77,11 @@ from attribution.engine.timebase import (
     TAU_GRID_MS,
     sensor_model,
     usable,
+    window_fractions,
 )
 from attribution.engine.timebase import Readings as _Readings
 from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
-from attribution.presets import GpuPreset, get_preset, preset_for_name
+from attribution.presets import NOMINAL_LAG_MS, GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
 from attribution.steps import step_spans
 
@@ -135,7 +138,7 @@ class DeviceState:
         self.period_ms = float("nan")
         self.window_ms = float("nan")
         self.source = "none"
-        self.lag_ms = 1.5
+        self.lag_ms = NOMINAL_LAG_MS
         self.tau_ms = 0.0
         self.fitted = False
         self.last_fit_ns = 0
@@ -161,7 +164,10 @@ class DeviceState:
         # readings' times and watts as of that update)
         self.fit_due: tuple[int, int, I64, F64] | None = None
         self.ahead = False  # the next update's search or redo step is done already
-        self.spread = 1.0  # the readings' activity spread ratio at the last search (aliasing)
+        # the last search's readings' spread ratio when they were phase-locked (their lag was
+        # not taken), else None
+        self.lag_locked: float | None = None
+        self.lag_taken = False  # a search's lag was taken (not only the starting value)
         # a kernel, copy or memset seen on this GPU: NVML samples every GPU, the agent sees one
         # process's work; a GPU without any is not fitted, reduced or shown
         self.has_work = False
@@ -426,8 +432,15 @@ class LiveEngine:
         res = st.search.result
         if res is None:
             return
-        st.spread = st.search.spread
         params = (*res, st.search.lag_ends_ms)
+        # phase-locked readings see one slice of every step at every lag: the lag (response,
+        # boost) they fit is any (a near-period step fitted 5-10 ms off on its first 5-10 s);
+        # the engine keeps what it has (the board's values before a first fit)
+        st.lag_locked = st.search.spread if phase_locked(st.search.spread) else None
+        if st.lag_locked is not None:
+            params = st.lag_params
+        else:
+            st.lag_taken = True
         st.search = None
         # every row of the span the refit read (60 s on a consumer board): rows older than a
         # 20 s redo kept the values of fits on the run's first seconds
@@ -448,8 +461,8 @@ class LiveEngine:
     # ------------------------------------------------------------------ reduction
 
     def _reduce(self, st: DeviceState, a: int, b: int) -> None:
-        """Reduce settled time [a, b) to a slab, the steps that ended in it, and the settled
-        readings to rows (``live_reduce``)."""
+        """Reduce settled time [a, b) to a slab (with its random windows' sums), the steps
+        that ended in it, and the settled readings to rows (``live_reduce``)."""
         # records starting a little after b: the rows' windows at the lag slack, the idle
         # gap the slab's end cuts (classified whole)
         slack_ns = max(int(np.ceil(max(LAG_SLACK_MS, st.lag_ends_ms[0]) * 1e6)) + 1_000_000,
@@ -458,7 +471,7 @@ class LiveEngine:
         it = items_for_device(sub, st.device)
         cls = st.unit_ids(it)  # per unit: a kernel class's clamped instances apart
         n_cls = len(st.classes)
-        st.slabs.append(reduce_slab(sub, it, cls, n_cls, (a, b)))
+        slab = reduce_slab(sub, it, cls, n_cls, (a, b))
         first = self.start_ns or a
         # the steps that ended in [a, b) and the readings settled by b
         steps = self._settled_steps(st, a, b)
@@ -469,11 +482,20 @@ class LiveEngine:
             ok = st.pend_t - np.int64(round((st.lag_ms + st.window_ms) * 1e6)) >= first
             t, y = st.pend_t[done & ok], st.pend_w[done & ok]
             st.pend_t, st.pend_w = st.pend_t[~done], st.pend_w[~done]
-        if steps is None and not len(t):
+        # windows at random in [a, b), read as readings at the lag would be (the horizon's
+        # phase-lock test: their spread is the reference the rows' spread is compared with)
+        r_t: I64 = np.empty(0, np.int64)
+        if st.field is not None and not np.isnan(st.window_ms):
+            r_t = random_window_ends(a, b, first, st.window_ms) + np.int64(
+                round(st.lag_ms * 1e6))
+        if steps is None and not len(t) and not len(r_t):
+            st.slabs.append(slab)
             return
-        need = ([int(t[0]) - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms(),
-                                          st.lag_ends_ms[1])]
-                if len(t) else [])
+        need: list[int] = []
+        if len(t) or len(r_t):  # the earliest window, reading's or random
+            first_t = min(int(v[0]) for v in (t, r_t) if len(v))
+            need.append(first_t - row_reach_ns(st.lag_ms, st.window_ms, st.boost.reach_ms(),
+                                               st.lag_ends_ms[1]))
         need += [int(steps[0][0])] if steps is not None else []
         need_from = min(need)
         if need_from < a - LOOKBACK_NS:  # a step (or a window) reaching past the context read
@@ -483,6 +505,11 @@ class LiveEngine:
             n_cls = len(st.classes)  # the wider read may hold classes not seen before
         busy = busy_from(it, cls, n_cls, need_from,
                          (steps[0], steps[1]) if steps is not None else None)
+        if len(r_t):
+            r_n, r_x, r_xx = random_sums(window_fractions(
+                busy, r_t, st.window_ms, st.lag_ms, st.tau_ms, slow=st.boost.slow))
+            slab = dataclasses.replace(slab, rand_n=r_n, rand_x=r_x, rand_xx=r_xx)
+        st.slabs.append(slab)
         if len(t):
             xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
                                  tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
@@ -558,8 +585,14 @@ class LiveEngine:
                     for k in SUMS}
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
+            # the phase-lock test on the horizon's rows against its slabs' random windows (a
+            # search's own readings are another span: a step just off the sensor's period
+            # drifts in and out of lock over its ~30 s beat)
+            spread = spread_ratio_sums(xs[0], float(st.slabs.total("rand_n", 1)[0]),
+                                       st.slabs.total("rand_x", n),
+                                       st.slabs.total("rand_xx", n))
             parts.append(self._device_part(st, sums, xs, y, hs, first=not parts,
-                                           span_s=(win[1] - win[0]) * 1e-9))
+                                           span_s=(win[1] - win[0]) * 1e-9, spread=spread))
         snap = assemble(parts, win)
         if untraced:
             snap = dataclasses.replace(snap, warnings=(untraced_warning(untraced),
@@ -568,7 +601,7 @@ class LiveEngine:
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,
                      hs: list[F64] | None = None, *, first: bool = True,
-                     span_s: float = math.inf) -> DevicePart:
+                     span_s: float = math.inf, spread: float = 1.0) -> DevicePart:
         um = st.units.of(st.classes)
         # bootstrap blocks span max(1 s, 3 W) of readings, as the batch engine's
         block = readings_block(st.window_ms, st.period_ms)
@@ -576,7 +609,7 @@ class LiveEngine:
         f = fit_device(time_s=sums["time_s"], xs=xs, y=y, um=um, preset=st.preset, block=block,
                        pool=st.pool, n_boot=self.n_boot, boot_per_tick=self.boot_per_tick,
                        seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
-                       phase_locked=phase_locked(st.spread), has_power=st.field is not None,
+                       phase_locked=phase_locked(spread), has_power=st.field is not None,
                        tail_unplaced=st.boost.tail_unplaced,
                        prior_scale=regress.prior_scale_for(span_s))
         steps = st.steps.view()
@@ -600,7 +633,9 @@ class LiveEngine:
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first and len(steps[0]) else None,
             held_idle_w=f.held_idle_w, idle=f.idle, tail_unplaced=f.tail_unplaced,
-            phase_lock=st.spread if phase_locked(st.spread) else None,
+            phase_lock=spread if phase_locked(spread) else None,
+            lag_kept=(None if st.lag_locked is None else
+                      LagKept(st.lag_locked, st.lag_ms, st.lag_taken, st.fit_span_ns * 1e-9)),
             blind_share=float(class_time_s.sum()) / span_s if blind else None,
             step_busy_s=st.steps.busy_dot(np.ones(len(f.unit_dp_w))) if blind else None,
             slow_response=st.boost.slow,

@@ -109,7 +109,9 @@ class ResponseSearch:
         self._tail: TailSteps | None = None  # the tail scan, once the slow stage is in
         self.result: tuple[float, float, Boost] | None = None
         self.spread = 1.0
-        """The readings' activity spread ratio at the result (``aliasing.spread_ratio``)."""
+        """The search's readings' activity spread ratio at the result (``aliasing
+        .spread_ratio``): phase-locked readings do not place the lag (the engine then keeps
+        the one it has)."""
         self.lag_ends_ms = (LAG_SLACK_MS, LAG_SLACK_MS)
         """How far below and above the lag the interval's refits sit (``lag_refine
         .lag_ends_ms``: the residual's own reach where it stays within its 90 % bound past

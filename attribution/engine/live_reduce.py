@@ -13,7 +13,10 @@ Owns
   from, built only from the records that can change a difference ``B(hi) − B(lo)`` over
   the windows asked for (those ending after the earliest window start);
 * :func:`row_reach_ns` and :func:`reading_rows`: how far before a reading its windows reach,
-  and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``.
+  and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``;
+* :func:`random_window_ends` and :func:`random_sums`: windows placed at random in a slab and
+  the per-unit sums of their busy fractions, the reference the horizon's phase-lock test
+  compares the readings' spread with (``aliasing.spread_ratio_sums``).
 
 The engine itself (:mod:`attribution.engine.live`) decides when to reduce and keeps the
 results in its rings (:mod:`attribution.engine.live_ring`).  A reduction reads each record a
@@ -45,6 +48,13 @@ LOOKAHEAD_NS = STALL_NS + 1_000_000
 that ends it and that record's launch call) when it ends within this, and as the host stall
 it is when it does not; without it, the two parts of a cut gap took different causes
 depending on where the poll cadence put the cut."""
+RANDOM_PER_S = 100.0
+"""Random windows per second of settled time (``random_window_ends``).  The batch engine draws
+max(readings, 512) over its span (``aliasing.RANDOM_WINDOWS``): at 100/s a 5 s horizon holds
+about 500, and every horizon more than the readings of any preset (at most 50/s)."""
+RANDOM_SEED = 7
+"""The random windows' seed (with the slab's offset from the engine's start, so a slab gets
+the same windows on the same data, wherever the timeline sits)."""
 _GPU = ("kernels", "copies", "memsets")
 GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
@@ -279,6 +289,26 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
         idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
         idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
                            minlength=N_CAUSES).astype(np.int64))
+
+
+def random_window_ends(a_ns: int, b_ns: int, first_ns: int, window_ms: float) -> I64:
+    """Sorted ends of windows placed uniformly at random in settled time ``[a, b)``, about
+    ``RANDOM_PER_S`` a second (the count rounded at random, so short slabs keep the rate),
+    none starting before the engine's first settled time ``first_ns`` (as the readings)."""
+    lo = max(a_ns, first_ns + int(np.ceil(window_ms * 1e6)))
+    if b_ns <= lo:
+        return np.empty(0, np.int64)
+    rng = np.random.default_rng([RANDOM_SEED, max(0, a_ns - first_ns)])
+    mean = RANDOM_PER_S * (b_ns - lo) * 1e-9
+    n = int(mean) + int(rng.random() < mean - int(mean))
+    return np.sort(rng.integers(lo, b_ns, size=n, dtype=np.int64))
+
+
+def random_sums(x: F64) -> tuple[F64, F64, F64]:
+    """The random windows' busy fractions ``x`` (windows × units) as a slab keeps them: their
+    count, and the per-unit sums of the fractions and of their squares."""
+    return (np.array([float(len(x))]), np.asarray(x.sum(axis=0), np.float64),
+            np.asarray((x * x).sum(axis=0), np.float64))
 
 
 def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0,

@@ -62,9 +62,18 @@ class Slab:
     bytes: I64
     idle_s: F64  # per cause
     idle_n: I64
+    # random windows in the slab (``live_reduce.random_window_ends``): their count (one
+    # element) and the per-unit sums of their busy fractions and of their squares, from which
+    # the horizon's phase-lock test reads the workload's spread (``aliasing``)
+    rand_n: F64 = dataclasses.field(default_factory=lambda: np.zeros(1))
+    rand_x: F64 = dataclasses.field(default_factory=lambda: np.zeros(0))
+    rand_xx: F64 = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 SUMS = ("calls", "time_s", "share_s", "bytes", "idle_s", "idle_n")
+"""The slab sums a snapshot reads per class or cause."""
+RANDOM_SUMS = ("rand_n", "rand_x", "rand_xx")
+"""The slab sums of the random windows (the phase-lock test's reference)."""
 
 
 class SlabRing:
@@ -76,14 +85,14 @@ class SlabRing:
     def __init__(self) -> None:
         self.slabs: deque[Slab] = deque()
         self.sums: dict[str, F64] = {k: np.zeros(N_CAUSES if k.startswith("idle") else 0)
-                                     for k in SUMS}
+                                     for k in SUMS + RANDOM_SUMS}
         self._expired = 0
 
     def __len__(self) -> int:
         return len(self.slabs)
 
     def _add(self, slab: Slab, sign: float) -> None:
-        for k in SUMS:
+        for k in SUMS + RANDOM_SUMS:
             v = np.asarray(getattr(slab, k), np.float64)
             cur = self.sums[k]
             if len(v) > len(cur):
@@ -105,7 +114,7 @@ class SlabRing:
         if dropped and self._expired >= self.RESUM:
             self._expired = 0
             n = {k: len(v) for k, v in self.sums.items()}
-            self.sums = {k: np.zeros(n[k]) for k in SUMS}
+            self.sums = {k: np.zeros(n[k]) for k in SUMS + RANDOM_SUMS}
             for sl in self.slabs:
                 self._add(sl, 1.0)
 

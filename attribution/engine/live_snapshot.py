@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,7 @@ from attribution.engine.activity import KERNEL
 from attribution.engine.aliasing import (
     anchor_warning,
     counter_scale,
+    lag_kept_warning,
     locked_interval,
     locked_warning,
     unanchored_warning,
@@ -57,6 +59,15 @@ from attribution.steps import StepTimes, step_times, with_energy
 
 ENGINE = "regress/1+live"
 _precision = functools.lru_cache(maxsize=4096)(precision_of)
+
+
+class LagKept(NamedTuple):
+    """A lag search whose readings were phase-locked, so its lag was not taken."""
+
+    spread: float  # the search's readings' activity spread ratio (``aliasing``)
+    lag_ms: float  # the lag kept
+    fitted: bool  # the lag kept is a fitted one (not the engine's starting value)
+    span_s: float  # the span the search read
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +116,8 @@ class DevicePart:
     """P_idle's interval reaches the board's value: no boost tail could be placed."""
     phase_lock: float | None = None
     """The readings' activity spread ratio when they are phase-locked to the workload."""
+    lag_kept: LagKept | None = None
+    """The last lag search's readings were phase-locked: its lag was not taken."""
     blind_share: float | None = None
     """The busy share of the window when the readings show none of the work (``blind``)."""
     step_busy_s: F64 | None = None
@@ -276,6 +289,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             "device": np.full(len(p.energy_t_ns), p.device, np.int16)}))
         mj = counter_energy_j(en, p.device, win[0], win[1])
         share = p.blind_share
+        if p.lag_kept is not None:
+            warnings.append(lag_kept_warning(p.device, *p.lag_kept))
         if p.phase_lock is not None:
             warnings.append(locked_warning(p.device, p.phase_lock, held=p.preset is not None))
             if share is None:  # (readings that show none of the work are anchored below)
