@@ -13,7 +13,12 @@ from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
 from attribution.engine.aliasing import MIN_READINGS, spread_ratio_sums
 from attribution.engine.live import LiveEngine
-from attribution.engine.live_reduce import RANDOM_PER_S, random_sums, random_window_ends
+from attribution.engine.live_reduce import (
+    RANDOM_MIN_PER_S,
+    random_rate_per_s,
+    random_sums,
+    random_window_ends,
+)
 from attribution.engine.timebase import window_fractions
 from attribution.presets import NOMINAL_LAG_MS
 from attribution.sim import SCENARIOS, SimResult, simulate
@@ -53,19 +58,22 @@ def test_the_summed_reference_is_the_windows_own_variance() -> None:
 def test_random_windows_keep_their_rate_inside_the_slab() -> None:
     first = 10**12
     slabs = [(first + k * 500 * MS, first + (k + 1) * 500 * MS) for k in range(200)]
-    ends = [random_window_ends(a, b, first, 25.0) for a, b in slabs]
-    assert sum(len(e) for e in ends) == pytest.approx(RANDOM_PER_S * 100.0, rel=0.03)
+    ends = [random_window_ends(a, b, first, 25.0, 100.0) for a, b in slabs]
+    assert sum(len(e) for e in ends) == pytest.approx(100.0 * 100.0, rel=0.03)
     for (a, b), e in zip(slabs, ends, strict=True):
         assert np.all(e >= max(a, first + 25 * MS)) and np.all(e < b)
         assert np.all(np.diff(e) >= 0)
     # the same slab gets the same windows; a shift of the whole timeline shifts them
-    again = random_window_ends(slabs[5][0], slabs[5][1], first, 25.0)
-    moved = random_window_ends(slabs[5][0] + 7, slabs[5][1] + 7, first + 7, 25.0)
+    again = random_window_ends(slabs[5][0], slabs[5][1], first, 25.0, 100.0)
+    moved = random_window_ends(slabs[5][0] + 7, slabs[5][1] + 7, first + 7, 25.0, 100.0)
     assert np.array_equal(again, ends[5]) and np.array_equal(moved, ends[5] + 7)
     # short slabs keep the rate (the count is rounded at random, not up)
-    short = [random_window_ends(first + k * MS, first + (k + 1) * MS, 0, 25.0)
+    short = [random_window_ends(first + k * MS, first + (k + 1) * MS, 0, 25.0, 100.0)
              for k in range(20_000)]
-    assert sum(len(e) for e in short) == pytest.approx(RANDOM_PER_S * 20.0, rel=0.1)
+    assert sum(len(e) for e in short) == pytest.approx(100.0 * 20.0, rel=0.1)
+    # as many over a horizon as the batch engine draws over its span, and a floor
+    assert random_rate_per_s(5.0) * 5.0 == pytest.approx(512.0)
+    assert random_rate_per_s(300.0) == RANDOM_MIN_PER_S
 
 
 def _window_truth(res: SimResult, lo_ns: int, hi_ns: int) -> dict[str, float]:

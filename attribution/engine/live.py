@@ -56,6 +56,7 @@ from attribution.engine.live_reduce import (
     ChunkBuffer,
     _fsum,
     busy_from,
+    random_rate_per_s,
     random_sums,
     random_window_ends,
     reduce_slab,
@@ -486,7 +487,8 @@ class LiveEngine:
         # phase-lock test: their spread is the reference the rows' spread is compared with)
         r_t: I64 = np.empty(0, np.int64)
         if st.field is not None and not np.isnan(st.window_ms):
-            r_t = random_window_ends(a, b, first, st.window_ms) + np.int64(
+            r_t = random_window_ends(a, b, first, st.window_ms,
+                                     random_rate_per_s(self.horizon_ns * 1e-9)) + np.int64(
                 round(st.lag_ms * 1e6))
         if steps is None and not len(t) and not len(r_t):
             st.slabs.append(slab)
@@ -505,16 +507,24 @@ class LiveEngine:
             n_cls = len(st.classes)  # the wider read may hold classes not seen before
         busy = busy_from(it, cls, n_cls, need_from,
                          (steps[0], steps[1]) if steps is not None else None)
-        if len(r_t):
-            r_n, r_x, r_xx = random_sums(window_fractions(
-                busy, r_t, st.window_ms, st.lag_ms, st.tau_ms, slow=st.boost.slow))
+        x_rand: F64 | None = None
+        if len(t):  # the random windows ride along as readings (one busy-time query)
+            xs, hs = row_columns(busy, np.r_[t, r_t], window_ms=st.window_ms,
+                                 lag_ms=st.lag_ms, tau_ms=st.tau_ms, boost=st.boost,
+                                 start_ns=it.start_ns, end_ns=it.end_ns,
+                                 prev_end_ns=st.busy_end_ns, now_ns=self.now_ns,
+                                 ends_ms=st.lag_ends_ms)
+            n_t = len(t)
+            x_rand = xs[0][n_t:]
+            xs = [x[:n_t] for x in xs]
+            hs = None if hs is None else [h[:n_t] for h in hs]
+        elif len(r_t):
+            x_rand = window_fractions(busy, r_t, st.window_ms, st.lag_ms, st.tau_ms,
+                                      slow=st.boost.slow)
+        if x_rand is not None and len(x_rand):
+            r_n, r_x, r_xx = random_sums(x_rand)
             slab = dataclasses.replace(slab, rand_n=r_n, rand_x=r_x, rand_xx=r_xx)
         st.slabs.append(slab)
-        if len(t):
-            xs, hs = row_columns(busy, t, window_ms=st.window_ms, lag_ms=st.lag_ms,
-                                 tau_ms=st.tau_ms, boost=st.boost, start_ns=it.start_ns,
-                                 end_ns=it.end_ns, prev_end_ns=st.busy_end_ns,
-                                 now_ns=self.now_ns, ends_ms=st.lag_ends_ms)
         if steps is not None:
             s0, e0, items = steps
             st.steps.append(s0, (e0 - s0).astype(np.float64) * 1e-9,

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
+from attribution.engine.aliasing import RANDOM_WINDOWS
 from attribution.engine.deltas import ITEMS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
@@ -48,10 +49,10 @@ LOOKAHEAD_NS = STALL_NS + 1_000_000
 that ends it and that record's launch call) when it ends within this, and as the host stall
 it is when it does not; without it, the two parts of a cut gap took different causes
 depending on where the poll cadence put the cut."""
-RANDOM_PER_S = 100.0
-"""Random windows per second of settled time (``random_window_ends``).  The batch engine draws
-max(readings, 512) over its span (``aliasing.RANDOM_WINDOWS``): at 100/s a 5 s horizon holds
-about 500, and every horizon more than the readings of any preset (at most 50/s)."""
+RANDOM_MIN_PER_S = 20.0
+"""Random windows per second of settled time at least (``random_rate_per_s``): twice the
+readings of a 100 ms sensor.  100 a second on every horizon cost the 300 s demo/h100 live
+tick +9 % (p50 5.1 → 5.6 ms, median per-tick ratio 1.09, lockstep A/B); 20 a second: 0.98."""
 RANDOM_SEED = 7
 """The random windows' seed (with the slab's offset from the engine's start, so a slab gets
 the same windows on the same data, wherever the timeline sits)."""
@@ -291,15 +292,23 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
                            minlength=N_CAUSES).astype(np.int64))
 
 
-def random_window_ends(a_ns: int, b_ns: int, first_ns: int, window_ms: float) -> I64:
+def random_rate_per_s(horizon_s: float) -> float:
+    """Random windows a second for a horizon of ``horizon_s``: as the batch engine, at least
+    ``aliasing.RANDOM_WINDOWS`` over the span (a 5 s horizon ~100 a second), and never below
+    ``RANDOM_MIN_PER_S``."""
+    return max(RANDOM_MIN_PER_S, RANDOM_WINDOWS / max(horizon_s, 1e-3))
+
+
+def random_window_ends(a_ns: int, b_ns: int, first_ns: int, window_ms: float,
+                       per_s: float) -> I64:
     """Sorted ends of windows placed uniformly at random in settled time ``[a, b)``, about
-    ``RANDOM_PER_S`` a second (the count rounded at random, so short slabs keep the rate),
-    none starting before the engine's first settled time ``first_ns`` (as the readings)."""
+    ``per_s`` a second (the count rounded at random, so short slabs keep the rate), none
+    starting before the engine's first settled time ``first_ns`` (as the readings)."""
     lo = max(a_ns, first_ns + int(np.ceil(window_ms * 1e6)))
     if b_ns <= lo:
         return np.empty(0, np.int64)
     rng = np.random.default_rng([RANDOM_SEED, max(0, a_ns - first_ns)])
-    mean = RANDOM_PER_S * (b_ns - lo) * 1e-9
+    mean = per_s * (b_ns - lo) * 1e-9
     n = int(mean) + int(rng.random() < mean - int(mean))
     return np.sort(rng.integers(lo, b_ns, size=n, dtype=np.int64))
 
