@@ -53,7 +53,8 @@ def drive(trace: Trace, engine: LiveEngine, tick_ns: int = TICK_NS, *,
 
 
 def batch_on(trace: Trace, win: tuple[int, int]) -> Snapshot:
-    """The batch engine on the records inside the live snapshot's window."""
+    """The batch engine on the records inside the live snapshot's window (with the trace's
+    meta: an imported log's poll stamps are read from it)."""
     parts = {}
     for n in ITEMS:
         b = getattr(trace, n)
@@ -61,7 +62,8 @@ def batch_on(trace: Trace, win: tuple[int, int]) -> Snapshot:
     for n in SAMPLES:
         b = getattr(trace, n)
         parts[n] = b.take((b.t_ns >= win[0]) & (b.t_ns <= win[1] + 100_000_000))
-    return attribute(Trace(strings=trace.strings, devices=trace.devices, **parts), n_boot=100)
+    return attribute(Trace(strings=trace.strings, devices=trace.devices, meta=dict(trace.meta),
+                           **parts), n_boot=100)
 
 
 @pytest.fixture(scope="module", params=[("varied_mix", "a100"), ("launch_bound", "a100"),
