@@ -78,13 +78,20 @@ NO_BOARD_HINT = ("no board model to hold it at (pass --gpu MODEL): anywhere from
 """What the lines add where the board is unknown and the readings cannot place P_idle."""
 
 
-def unplaced_why(held: tuple[float, float] | None, *, board_known: bool = True) -> str:
+def unplaced_why(held: tuple[float, float] | None, *, board_known: bool = True,
+                 by_run: bool = False, board_w: float | None = None) -> str:
     """Each class's reason (and the device's warning) when the readings do not place P_idle;
-    ``held``: (fitted, held) P_idle when it was held at the board's value."""
+    ``held``: (fitted, held) P_idle when it was held at the board's value, or (``by_run``,
+    the live engine) at the value an earlier horizon of the run placed."""
+    if held is not None and by_run:
+        where = (f"this run's {held[1]:.0f} W, placed by an earlier horizon (fitted "
+                 f"{held[0]:.0f} W" + ("" if board_w is None else
+                                       f"; the board table's {board_w:.0f} W") + ")")
+    elif held is not None:
+        where = f"the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"
     return ("busy throughout: every reading's window holds all but the same activity, so the "
             "readings cannot tell active idle from the kernels' power"
-            + ("" if held is None else
-               f"; active idle held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)")
+            + ("" if held is None else f"; active idle held at {where}")
             + ("" if board_known else f"; {NO_BOARD_HINT}"))
 
 
@@ -202,15 +209,17 @@ def degenerate_warning(device: int, held: tuple[float, float]) -> str:
 
 
 def idle_lines(device: int, judged: IdleJudgement, *, p_idle_w: float, board_w: float | None,
-               held: tuple[float, float] | None, phase_locked: bool
+               held: tuple[float, float] | None, phase_locked: bool, by_run: bool = False
                ) -> tuple[str | None, list[str]]:
     """What a snapshot says about P_idle: each class's reason when the windows are busy
     throughout (None otherwise, or when phase lock, which says more, also holds) and the
-    device's warnings; ``held``: (fitted, held) P_idle when it was held."""
+    device's warnings; ``held``: (fitted, held) P_idle when it was held (``by_run``: at the
+    run's own earlier value, the live engine)."""
     lines: list[str] = []
     if judged.few is not None:  # the device's warning is the trace window's (build)
         return few_why(judged.few, held), lines
-    reason = (unplaced_why(held, board_known=board_w is not None)
+    reason = (unplaced_why(held, board_known=board_w is not None, by_run=by_run,
+                           board_w=board_w)
               if judged.unplaced and not phase_locked else None)
     if reason is not None:
         lines.append(f"GPU {device}: {reason}")

@@ -71,7 +71,7 @@ from attribution.engine.live_ring import (
     StepRing,
 )
 from attribution.engine.live_snapshot import DevicePart, LagKept, assemble
-from attribution.engine.live_solve import BootPool, fit_device
+from attribution.engine.live_solve import RUN_IDLE_CI, BootPool, fit_device
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
@@ -169,6 +169,9 @@ class DeviceState:
         # not taken), else None
         self.lag_locked: float | None = None
         self.lag_taken = False  # a search's lag was taken (not only the starting value)
+        # the P_idle the last horizon that placed it tightly read (live_solve.RUN_IDLE_CI):
+        # held there when a later horizon is busy throughout
+        self.run_idle_w: float | None = None
         # a kernel, copy or memset seen on this GPU: NVML samples every GPU, the agent sees one
         # process's work; a GPU without any is not fitted, reduced or shown
         self.has_work = False
@@ -621,11 +624,16 @@ class LiveEngine:
                        seed=self._draws, tail=hs if hs and bool(hs[0].any()) else None,
                        phase_locked=phase_locked(spread), has_power=st.field is not None,
                        tail_unplaced=st.boost.tail_unplaced,
-                       prior_scale=regress.prior_scale_for(span_s))
+                       prior_scale=regress.prior_scale_for(span_s), run_idle_w=st.run_idle_w)
         steps = st.steps.view()
         class_time_s = um.to_classes(sums["time_s"])
         blind = (st.field is not None and not f.idle.unplaced  # (as the batch engine)
                  and blind_to_work(f.class_dyn_j, class_time_s, span_s, len(y)))
+        if (f.ci is not None and f.held_idle_w is None and f.idle.few is None
+                and not (f.idle.unplaced or f.tail_unplaced or blind or phase_locked(spread))
+                and f.ci.p_idle_w[0] >= (1.0 - RUN_IDLE_CI) * f.p_idle_w
+                and f.ci.p_idle_w[1] <= (1.0 + RUN_IDLE_CI) * f.p_idle_w):
+            st.run_idle_w = f.p_idle_w  # placed, and tightly: the run's own active idle
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
             field=st.field.label if st.field is not None else "none",
@@ -643,6 +651,7 @@ class LiveEngine:
             step_items=steps[2], step_source=st.steps.source,
             step_times=st.steps.times() if first and len(steps[0]) else None,
             held_idle_w=f.held_idle_w, idle=f.idle, tail_unplaced=f.tail_unplaced,
+            idle_by_run=f.idle_by_run,
             phase_lock=spread if phase_locked(spread) else None,
             lag_kept=(None if st.lag_locked is None else
                       LagKept(st.lag_locked, st.lag_ms, st.lag_taken, st.fit_span_ns * 1e-9)),

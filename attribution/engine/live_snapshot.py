@@ -110,6 +110,8 @@ class DevicePart:
     step_source: str
     held_idle_w: tuple[float, float] | None = None
     """(fitted, held) P_idle when the fit was degenerate and P_idle held at the board's."""
+    idle_by_run: bool = False
+    """P_idle held at the value an earlier horizon of this run placed, not the board's."""
     idle: IdleJudgement = NOT_JUDGED
     """What the fit's readings said about P_idle (``idle_place.judge_idle``)."""
     tail_unplaced: bool = False
@@ -307,7 +309,7 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
         unplaced, lines = idle_lines(
             p.device, p.idle, p_idle_w=p.p_idle_w, held=p.held_idle_w,
             board_w=p.preset.active_idle_w if p.preset is not None else None,
-            phase_locked=p.phase_lock is not None)
+            phase_locked=p.phase_lock is not None, by_run=p.idle_by_run)
         warnings += lines
         if p.tail_unplaced and p.preset is not None:
             warnings.append(tail_unplaced_warning(p.device, p.p_idle_w, p.preset.active_idle_w,

@@ -80,6 +80,16 @@ class DeviceFit:
     tail_unplaced: bool = False
     """P_idle's interval reaches down to the board's value: no boost tail could be told from
     the constant and the fit sits above the board's value (as the batch engine)."""
+    idle_by_run: bool = False
+    """P_idle was held at the value an earlier horizon of this run placed (``run_idle_w``)."""
+
+
+RUN_IDLE_CI = 0.10
+"""A horizon whose P_idle interval lies within ±this of its value (and that the readings
+placed: not held, not busy throughout, not phase-locked) is remembered as the run's own
+active idle, for later horizons busy throughout.  On a job whose 20 s of mixed work turn
+saturated (simulator, H200 under an A100 board table) the mixed horizons read ±5 %, the
+transition ones 35-50 W against 74.5 W within 0-78 W (not remembered)."""
 
 
 CI_Q = np.array([5.0, 95.0]) / 100.0
@@ -158,7 +168,7 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
                block: int, pool: BootPool, n_boot: int, boot_per_tick: int, seed: int,
                tail: list[F64] | None = None, phase_locked: bool = False,
                has_power: bool = True, tail_unplaced: bool = False,
-               prior_scale: float = 1.0) -> DeviceFit:
+               prior_scale: float = 1.0, run_idle_w: float | None = None) -> DeviceFit:
     """Fit ``power ≈ P_idle + Σ_g ΔP_g x_g (+ L·tail)`` on the horizon's rows.
 
     ``xs`` = per-unit activity at the lag and at the interval's two lag ends (∓
@@ -175,7 +185,10 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     power, so its interval reaches the board's value where the fit lies above it (the batch
     engine also spans the classes over a fit held there; the live one does not).
     ``prior_scale``: the ΔP prior's weight for the horizon's span
-    (``regress.prior_scale_for``, as the batch engine's for its run)."""
+    (``regress.prior_scale_for``, as the batch engine's for its run).  ``run_idle_w``: the
+    P_idle an earlier horizon of this run placed (``RUN_IDLE_CI``); a horizon whose windows
+    are busy throughout holds P_idle there instead of at the board's value (the batch
+    engine, without a run before its window, holds at the board's)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -217,10 +230,14 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     sol = solve_gram(m, v, prior, pooled=centre, prior_scale=ps)
     judged = judge_idle(float(sol[0]), prior, rss_w2=sse_of(sol), n=n_rd, n_params=width,
                         block=block, leverage=idle_leverage_gram(m), phase_locked=phase_locked)
+    by_run = judged.hold and judged.unplaced and run_idle_w is not None
     if judged.hold:
         # as the batch engine: the readings cannot place P_idle; hold it at the board's value
-        # and flag every class
+        # (busy throughout: at this run's own, where an earlier horizon placed it) and flag
+        # every class
         fitted = float(sol[0])
+        if by_run:
+            prior = run_idle_w  # the held value, its band and its bootstrap's, from here on
         idle_w = HELD_IDLE_READINGS * len(y)
         sol = solve_gram(m, v, prior, pooled=centre, idle_weight=idle_w, prior_scale=ps)
         held = (fitted, float(sol[0]))
@@ -282,4 +299,4 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     tail_w = float(sol[n_groups + 1]) if tail is not None else 0.0
     return DeviceFit(group, n_groups, m, p_idle, _per_unit(dp, group),
                      np.asarray(dp @ g_c, np.float64), g_c, class_group, rms, ci, held, tail_w,
-                     judged, floor_w is not None)
+                     judged, floor_w is not None, by_run)
