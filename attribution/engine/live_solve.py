@@ -89,7 +89,7 @@ RUN_IDLE_CI = 0.10
 placed: not held, not busy throughout, not phase-locked) is remembered as the run's own
 active idle, for later horizons busy throughout.  On a job whose 20 s of mixed work turn
 saturated (simulator, H200 under an A100 board table) the mixed horizons read ±5 %, the
-transition ones 35-50 W against 74.5 W within 0-78 W (not remembered)."""
+transition ones 67-69 W against 74.5 W within intervals 11-88 W wide (not remembered)."""
 
 
 CI_Q = np.array([5.0, 95.0]) / 100.0
