@@ -38,7 +38,8 @@ def _mixed_then_saturated() -> tuple[Trace, SimResult, SimResult]:
     return trace, first, then
 
 
-def _dynamic_truth_j(res: SimResult, trace: Trace, lo_ns: int, hi_ns: int, shift: int) -> float:
+def _dynamic_truth_j(res: SimResult, lo_ns: int, hi_ns: int, shift: int) -> float:
+    """True dynamic energy (× the gain) of ``res``'s kernels inside the window once shifted."""
     k = res.trace.kernels
     inside = (k.start_ns + shift >= lo_ns) & (k.end_ns + shift <= hi_ns)
     return float(np.sum(res.truth.kernel_dynamic_j[inside])) * res.truth.gain
@@ -61,7 +62,7 @@ def test_a_busy_horizon_holds_the_runs_own_active_idle() -> None:
     span_a = first.trace.gpu_span_ns()
     assert span_a is not None and span_b is not None
     shift = span_a[1] - span_b[0] + 200_000_000
-    dyn_truth = _dynamic_truth_j(then, trace, snap.window.start_ns, snap.window.end_ns, shift)
+    dyn_truth = _dynamic_truth_j(then, snap.window.start_ns, snap.window.end_ns, shift)
     dyn = sum(k.dynamic_energy_j for k in snap.kernels)
     assert dyn == pytest.approx(dyn_truth, rel=0.02)
 
@@ -75,3 +76,23 @@ def test_with_no_earlier_placement_the_board_value_is_held() -> None:
     assert snap.totals.active_idle_w == pytest.approx(62.0, rel=1e-3)
     (why,) = {k.why for k in snap.kernels}
     assert "active idle held at the board's 62 W" in why
+
+
+def test_a_board_without_a_table_value_holds_the_runs_own_too() -> None:
+    """An unknown board (no table value): busy throughout, the fit put P_idle at 0 W (its
+    interval from 0 to the lowest reading) and the classes' dynamic energy at +20 %; held at
+    the run's own 72.8 W, +0.7 %."""
+    trace, first, then = _mixed_then_saturated()
+    l4 = DeviceInfo(index=0, name="NVIDIA L4")
+    trace.devices = [l4]
+    snap = drive(trace, LiveEngine(devices=[l4], horizon_s=10.0))
+    assert snap is not None
+    truth_w = then.truth.active_idle_w * then.truth.gain
+    assert snap.totals.active_idle_w == pytest.approx(truth_w, rel=0.05)
+    (why,) = {k.why for k in snap.kernels}
+    assert "active idle held at this run's" in why and "no board model" not in why
+    span_a, span_b = first.trace.gpu_span_ns(), then.trace.gpu_span_ns()
+    assert span_a is not None and span_b is not None
+    shift = span_a[1] - span_b[0] + 200_000_000
+    dyn_truth = _dynamic_truth_j(then, snap.window.start_ns, snap.window.end_ns, shift)
+    assert sum(k.dynamic_energy_j for k in snap.kernels) == pytest.approx(dyn_truth, rel=0.03)

@@ -92,7 +92,7 @@ def unplaced_why(held: tuple[float, float] | None, *, board_known: bool = True,
     return ("busy throughout: every reading's window holds all but the same activity, so the "
             "readings cannot tell active idle from the kernels' power"
             + ("" if held is None else f"; active idle held at {where}")
-            + ("" if board_known else f"; {NO_BOARD_HINT}"))
+            + ("" if board_known or held is not None else f"; {NO_BOARD_HINT}"))
 
 
 IDLE_SANITY = 0.5

@@ -187,8 +187,9 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     ``prior_scale``: the ΔP prior's weight for the horizon's span
     (``regress.prior_scale_for``, as the batch engine's for its run).  ``run_idle_w``: the
     P_idle an earlier horizon of this run placed (``RUN_IDLE_CI``); a horizon whose windows
-    are busy throughout holds P_idle there instead of at the board's value (the batch
-    engine, without a run before its window, holds at the board's)."""
+    are busy throughout holds P_idle there instead of at the board's value, and on a board
+    with no value too (the batch engine, without a run before its window, holds at the
+    board's, and on a board with none leaves it anywhere from 0 W to the lowest reading)."""
     order, group, n_groups = ranked_groups(time_s, um)
     g_c, class_group = class_time_by_group(time_s, um, group, n_groups)
     prior = preset.active_idle_w if preset is not None else None
@@ -230,7 +231,11 @@ def fit_device(*, time_s: F64, xs: list[F64], y: F64, um: UnitMap, preset: GpuPr
     sol = solve_gram(m, v, prior, pooled=centre, prior_scale=ps)
     judged = judge_idle(float(sol[0]), prior, rss_w2=sse_of(sol), n=n_rd, n_params=width,
                         block=block, leverage=idle_leverage_gram(m), phase_locked=phase_locked)
-    by_run = judged.hold and judged.unplaced and run_idle_w is not None
+    # busy throughout with an earlier placement: held there, on a board with no table value
+    # too (there the fit's value is anything from 0 W to the lowest reading)
+    by_run = judged.unplaced and run_idle_w is not None and (judged.hold or prior is None)
+    if by_run and not judged.hold:
+        judged = dataclasses.replace(judged, hold=True)
     if judged.hold:
         # as the batch engine: the readings cannot place P_idle; hold it at the board's value
         # (busy throughout: at this run's own, where an earlier horizon placed it) and flag
