@@ -145,12 +145,14 @@ def test_sigkill_of_ppwtop_leaves_the_target_running(tmp_path: Path) -> None:
     target = _script(tmp_path, """
         import os, time
         import ppwtop.agent as agent
-        open("pid", "w").write(str(os.getpid()))
+        open("pid.tmp", "w").write(str(os.getpid()))
+        os.replace("pid.tmp", "pid")  # whole: the test reads it once it exists
         t0 = time.monotonic()
         while time.monotonic() - t0 < 5.0:
             agent.mark_step(items=1)
             time.sleep(0.01)
-        open("finished", "w").write(f"{time.monotonic() - t0:.2f}")
+        open("finished.tmp", "w").write(f"{time.monotonic() - t0:.2f}")
+        os.replace("finished.tmp", "finished")  # whole (the test read it empty once)
     """)
     rec = tmp_path / "r.ppw"
     p = subprocess.Popen([sys.executable, "-m", "ppwtop", "run", "--backend", "sim",
@@ -182,7 +184,8 @@ def test_sigterm_ends_the_session_cleanly_and_stops_the_command(tmp_path: Path) 
     Ctrl-C does, stops the command it launched, and exits 143."""
     target = _script(tmp_path, """
         import os, time
-        open("pid", "w").write(str(os.getpid()))
+        open("pid.tmp", "w").write(str(os.getpid()))
+        os.replace("pid.tmp", "pid")  # whole: the test reads it once it exists
         time.sleep(60)
     """)
     rec = tmp_path / "r.ppw"
