@@ -11,12 +11,11 @@ import pytest
 
 from attribution.engine import attribute
 from attribution.engine.activity import BusyFunction
-from attribution.engine.aliasing import MIN_READINGS, spread_ratio_sums
+from attribution.engine.aliasing import MIN_READINGS, random_sums, spread_ratio_sums
 from attribution.engine.live import LiveEngine
 from attribution.engine.live_reduce import (
     RANDOM_MIN_PER_S,
     random_rate_per_s,
-    random_sums,
     random_window_ends,
 )
 from attribution.engine.timebase import window_fractions
@@ -44,15 +43,14 @@ def test_the_summed_reference_is_the_windows_own_variance() -> None:
     xr = window_fractions(busy, rand, 25.0, 0.0)
     n, sx, sxx = random_sums(xr)
     want = float(np.sum(np.var(x, axis=0))) / float(np.sum(np.var(xr, axis=0)))
-    assert spread_ratio_sums(x, float(n[0]), sx, sxx) == pytest.approx(want, rel=1e-9)
+    assert spread_ratio_sums(x, n, sx, sxx) == pytest.approx(want, rel=1e-9)
     # the windows summed in two halves give the same answer (slabs add up)
     a, b = random_sums(xr[:300]), random_sums(xr[300:])
-    assert spread_ratio_sums(x, float(a[0][0] + b[0][0]), a[1] + b[1], a[2] + b[2]) == (
+    assert spread_ratio_sums(x, a[0] + b[0], a[1] + b[1], a[2] + b[2]) == (
         pytest.approx(want, rel=1e-9))
     # too few readings, or random windows that do not vary: no test
-    assert spread_ratio_sums(x[:MIN_READINGS - 1], float(n[0]), sx, sxx) == 1.0
-    flat = np.full((700, 2), 0.5)
-    assert spread_ratio_sums(x, 700.0, *random_sums(flat)[1:]) == 1.0
+    assert spread_ratio_sums(x[:MIN_READINGS - 1], n, sx, sxx) == 1.0
+    assert spread_ratio_sums(x, *random_sums(np.full((700, 2), 0.5))) == 1.0
 
 
 def test_random_windows_keep_their_rate_inside_the_slab() -> None:

@@ -61,14 +61,22 @@ def _spread(x: F64) -> float:
     return float(np.sum(np.var(x, axis=0)))
 
 
+def random_sums(x: F64) -> tuple[F64, F64, F64]:
+    """Random windows' busy fractions ``x`` (windows × columns) as the test reads them: their
+    count (one element), and the per-column sums of the fractions and of their squares (sums
+    add up: the live engine keeps them per slab, so the horizon's reference is a running
+    sum)."""
+    return (np.array([float(len(x))]), np.asarray(x.sum(axis=0), np.float64),
+            np.asarray((x * x).sum(axis=0), np.float64))
+
+
 def spread_ratio(busy: ActivityFn, t_ns: I64, x: F64, window_ms: float, *, lag_ms: float,
                  tau_ms: float = 0.0, slow: tuple[float, float] = (0.0, 0.0),
                  spread_ns: I64 | None = None) -> float:
     """Activity spread of the readings ``x`` (their activity matrix at ``t_ns``) over that of
     random windows in the same span at the same lag and response (and, for poll-timestamped
-    readings, averaged over the readings' median publish spread as theirs are); 1.0 when the
-    test does not apply (too few readings, or a workload that does not vary at the window's
-    scale)."""
+    readings, averaged over the readings' median publish spread as theirs are):
+    :func:`spread_ratio_sums` on windows drawn here (``RANDOM_WINDOWS``, ``SEED``)."""
     n = len(t_ns)
     if n < MIN_READINGS or x.ndim != 2 or x.shape[1] == 0:
         return 1.0
@@ -79,22 +87,19 @@ def spread_ratio(busy: ActivityFn, t_ns: I64, x: F64, window_ms: float, *, lag_m
     t_rand = np.sort(rng.integers(lo, hi, size=max(n, RANDOM_WINDOWS), dtype=np.int64))
     sp = (None if spread_ns is None else
           np.full(len(t_rand), int(np.median(spread_ns)), np.int64))
-    ref = _spread(window_fractions(busy, t_rand, window_ms, lag_ms, tau_ms, slow=slow,
-                                   spread_ns=sp))
-    if ref < MIN_SPREAD:
-        return 1.0
-    return _spread(x) / ref
+    return spread_ratio_sums(x, *random_sums(window_fractions(
+        busy, t_rand, window_ms, lag_ms, tau_ms, slow=slow, spread_ns=sp)))
 
 
-def spread_ratio_sums(x: F64, n_rand: float, sum_x: F64, sum_xx: F64) -> float:
-    """:func:`spread_ratio` with the random windows given by their count and the per-column
-    sums of their busy fractions and of their squares (the live engine keeps these per slab,
-    so the horizon's reference is a running sum): the readings' spread ``x`` over the random
-    windows' (same columns), 1.0 when the test does not apply."""
-    if len(x) < MIN_READINGS or x.ndim != 2 or x.shape[1] == 0 or n_rand < 2:
+def spread_ratio_sums(x: F64, n_rand: F64, sum_x: F64, sum_xx: F64) -> float:
+    """The readings' spread ``x`` over the random windows' (same columns), the windows given
+    as :func:`random_sums` gives them; 1.0 when the test does not apply (too few readings, or
+    a workload that does not vary at the window's scale)."""
+    n = float(n_rand[0]) if len(n_rand) else 0.0
+    if len(x) < MIN_READINGS or x.ndim != 2 or x.shape[1] == 0 or n < 2:
         return 1.0
-    mean = sum_x / n_rand
-    ref = float(np.sum(np.maximum(sum_xx / n_rand - mean * mean, 0.0)))
+    mean = sum_x / n
+    ref = float(np.sum(np.maximum(sum_xx / n - mean * mean, 0.0)))
     if ref < MIN_SPREAD:
         return 1.0
     return _spread(x) / ref

@@ -41,7 +41,7 @@ import numpy as np
 
 from attribution.engine import regress
 from attribution.engine.activity import BusyFunction, Items, items_for_device
-from attribution.engine.aliasing import phase_locked, spread_ratio_sums
+from attribution.engine.aliasing import phase_locked, random_sums, spread_ratio_sums
 from attribution.engine.blind import blind_to_work
 from attribution.engine.build import _fit_window, readings_block, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
@@ -57,7 +57,6 @@ from attribution.engine.live_reduce import (
     _fsum,
     busy_from,
     random_rate_per_s,
-    random_sums,
     random_window_ends,
     reduce_slab,
     row_reach_ns,
@@ -601,7 +600,7 @@ class LiveEngine:
             # the phase-lock test on the horizon's rows against its slabs' random windows (a
             # search's own readings are another span: a step just off the sensor's period
             # drifts in and out of lock over its ~30 s beat)
-            spread = spread_ratio_sums(xs[0], float(st.slabs.total("rand_n", 1)[0]),
+            spread = spread_ratio_sums(xs[0], st.slabs.total("rand_n", 1),
                                        st.slabs.total("rand_x", n),
                                        st.slabs.total("rand_xx", n))
             parts.append(self._device_part(st, sums, xs, y, hs, first=not parts,

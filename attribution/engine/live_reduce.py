@@ -14,9 +14,9 @@ Owns
   the windows asked for (those ending after the earliest window start);
 * :func:`row_reach_ns` and :func:`reading_rows`: how far before a reading its windows reach,
   and its activity fractions at the lag and at lag ± ``LAG_SLACK_MS``;
-* :func:`random_window_ends` and :func:`random_sums`: windows placed at random in a slab and
-  the per-unit sums of their busy fractions, the reference the horizon's phase-lock test
-  compares the readings' spread with (``aliasing.spread_ratio_sums``).
+* :func:`random_window_ends`: windows placed at random in a slab, whose busy fractions'
+  sums (``aliasing.random_sums``) are the reference the horizon's phase-lock test compares
+  the readings' spread with (``aliasing.spread_ratio_sums``).
 
 The engine itself (:mod:`attribution.engine.live`) decides when to reduce and keeps the
 results in its rings (:mod:`attribution.engine.live_ring`).  A reduction reads each record a
@@ -311,13 +311,6 @@ def random_window_ends(a_ns: int, b_ns: int, first_ns: int, window_ms: float,
     mean = per_s * (b_ns - lo) * 1e-9
     n = int(mean) + int(rng.random() < mean - int(mean))
     return np.sort(rng.integers(lo, b_ns, size=n, dtype=np.int64))
-
-
-def random_sums(x: F64) -> tuple[F64, F64, F64]:
-    """The random windows' busy fractions ``x`` (windows × units) as a slab keeps them: their
-    count, and the per-unit sums of the fractions and of their squares."""
-    return (np.array([float(len(x))]), np.asarray(x.sum(axis=0), np.float64),
-            np.asarray((x * x).sum(axis=0), np.float64))
 
 
 def row_reach_ns(lag_ms: float, window_ms: float, slow_ms: float = 0.0,
