@@ -70,7 +70,7 @@ from attribution.engine.live_ring import (
     StepRing,
 )
 from attribution.engine.live_snapshot import DevicePart, LagKept, assemble
-from attribution.engine.live_solve import RUN_IDLE_CI, BootPool, fit_device
+from attribution.engine.live_solve import BootPool, fit_device, placed_idle_w
 from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
@@ -628,11 +628,9 @@ class LiveEngine:
         class_time_s = um.to_classes(sums["time_s"])
         blind = (st.field is not None and not f.idle.unplaced  # (as the batch engine)
                  and blind_to_work(f.class_dyn_j, class_time_s, span_s, len(y)))
-        if (f.ci is not None and f.held_idle_w is None and f.idle.few is None
-                and not (f.idle.unplaced or f.tail_unplaced or blind or phase_locked(spread))
-                and f.ci.p_idle_w[0] >= (1.0 - RUN_IDLE_CI) * f.p_idle_w
-                and f.ci.p_idle_w[1] <= (1.0 + RUN_IDLE_CI) * f.p_idle_w):
-            st.run_idle_w = f.p_idle_w  # placed, and tightly: the run's own active idle
+        placed = placed_idle_w(f, blind=blind, phase_locked=phase_locked(spread))
+        if placed is not None:  # the run's own active idle, for a later busy horizon
+            st.run_idle_w = placed
         return DevicePart(
             device=st.device, name=st.name, preset=st.preset,
             field=st.field.label if st.field is not None else "none",

@@ -92,6 +92,18 @@ saturated (simulator, H200 under an A100 board table) the mixed horizons read ±
 transition ones 67-69 W against 74.5 W within intervals 11-88 W wide (not remembered)."""
 
 
+def placed_idle_w(f: DeviceFit, *, blind: bool, phase_locked: bool) -> float | None:
+    """The fit's P_idle where its own readings placed it, and within ``RUN_IDLE_CI``: not
+    held, not busy throughout, no unplaced boost tail, not blind to the work, not
+    phase-locked; None otherwise."""
+    if (f.ci is None or f.held_idle_w is not None or f.idle.few is not None or f.idle.unplaced
+            or f.tail_unplaced or blind or phase_locked):
+        return None
+    lo, hi = f.ci.p_idle_w
+    ok = (1.0 - RUN_IDLE_CI) * f.p_idle_w <= lo and hi <= (1.0 + RUN_IDLE_CI) * f.p_idle_w
+    return f.p_idle_w if ok else None
+
+
 CI_Q = np.array([5.0, 95.0]) / 100.0
 """The interval's quantiles over the bootstrap pool (90 %)."""
 
