@@ -88,8 +88,7 @@ def blind_anchor_warning(device: int, dynamic_j: float) -> str:
             "over the classes by busy time (the readings fit none)")
 
 
-def unseen_why() -> str:
-    """A class's reason when it alone fits at under :data:`AT_BOUND_W` while it ran: the
-    readings show none of its power (its interval is the bound's, ``bound_limit``)."""
-    return (f"fits at under {AT_BOUND_W:g} W above active idle: the readings show none of its "
-            "power (its windows may all miss it)")
+UNSEEN_WHY = (f"fits at under {AT_BOUND_W:g} W above active idle: the readings show none of "
+              "its power (its windows may all miss it)")
+"""A class's reason when it alone fits at under :data:`AT_BOUND_W` while it ran: the readings
+show none of its power (its interval is the bound's, ``bound_limit``)."""

@@ -36,12 +36,12 @@ from attribution.engine.aliasing import (
     unanchored_warning,
 )
 from attribution.engine.blind import (
+    UNSEEN_WHY,
     blind_anchor_warning,
     blind_cap_w,
     blind_to_work,
     blind_warning,
     blind_why,
-    unseen_why,
 )
 from attribution.engine.block_rows import block_means, readings_per_row
 from attribution.engine.boost_span import neighbour_designs, stage_at_edge, stage_edge_warning
@@ -1015,7 +1015,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         power_why = _with_reason(power_why, np.ones(n_cls, bool), every_class_why)
     elif has_power and len(y) >= MIN_JUDGED and n_cls:  # one class the readings show nothing of
         unseen = (np.asarray(dp, np.float64)[np.asarray(group)] <= AT_BOUND_W) & (class_time_s > 0)
-        power_why = _with_reason(power_why, unseen, unseen_why())
+        power_why = _with_reason(power_why, unseen, UNSEEN_WHY)
     resolvable, cluster, why = class_verdicts(
         dyn_j=class_dyn, ci_j=ci, group=group,
         pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,

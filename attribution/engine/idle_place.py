@@ -83,16 +83,15 @@ def unplaced_why(held: tuple[float, float] | None, *, board_known: bool = True,
     """Each class's reason (and the device's warning) when the readings do not place P_idle;
     ``held``: (fitted, held) P_idle when it was held at the board's value, or (``by_run``,
     the live engine) at the value an earlier horizon of the run placed."""
-    if held is not None and by_run:
-        where = (f"this run's {held[1]:.0f} W, placed by an earlier horizon (fitted "
-                 f"{held[0]:.0f} W" + ("" if board_w is None else
-                                       f"; the board table's {board_w:.0f} W") + ")")
-    elif held is not None:
-        where = f"the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"
-    return ("busy throughout: every reading's window holds all but the same activity, so the "
-            "readings cannot tell active idle from the kernels' power"
-            + ("" if held is None else f"; active idle held at {where}")
-            + ("" if board_known or held is not None else f"; {NO_BOARD_HINT}"))
+    why = ("busy throughout: every reading's window holds all but the same activity, so the "
+           "readings cannot tell active idle from the kernels' power")
+    if held is None:
+        return why + ("" if board_known else f"; {NO_BOARD_HINT}")
+    if not by_run:
+        return why + f"; active idle held at the board's {held[1]:.0f} W (fitted {held[0]:.0f} W)"
+    table = "" if board_w is None else f"; the board table's {board_w:.0f} W"
+    return (why + f"; active idle held at this run's {held[1]:.0f} W, placed by an earlier "
+            f"horizon (fitted {held[0]:.0f} W{table})")
 
 
 IDLE_SANITY = 0.5
