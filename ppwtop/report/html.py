@@ -81,12 +81,9 @@ def render_html(r: Report) -> str:
     if r.has_baseline:
         rows = []
         for o in r.operating_points:
-            ch = o.change
-            cls = ""
-            if ch is not None and ch != 0 and r.comparable:
-                cls = "better" if (ch < 0) == (o.better == "lower") else "worse"
+            cls = o.judged(r.comparable) or ""
             rows.append([e(o.label), e(o.unit), num(o.before), num(o.after),
-                         f'<span class="{cls}">{signed_pct(ch)}</span>'])
+                         f'<span class="{cls}">{signed_pct(o.change)}</span>'])
         parts.append(_table(["metric", "unit", "before", "after", "change"], rows,
                             [False, False, True, True, True]))
         parts.append(charts.div(_operating_chart(r), "ppw-operating-points"))

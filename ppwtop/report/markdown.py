@@ -58,12 +58,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _op_row(op: OperatingPoint, with_before: bool, comparable: bool = True) -> list[str]:
     cells = [esc(op.label), op.unit]
     if with_before:
-        ch = op.change
-        arrow = ""
-        if ch is not None and ch != 0 and comparable:
-            good = (ch < 0) == (op.better == "lower")
-            arrow = " (better)" if good else " (worse)"
-        cells += [num(op.before), num(op.after), signed_pct(ch) + arrow]
+        judged = op.judged(comparable)
+        cells += [num(op.before), num(op.after),
+                  signed_pct(op.change) + (f" ({judged})" if judged else "")]
     else:
         cells.append(num(op.after))
     return cells

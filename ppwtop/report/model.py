@@ -49,6 +49,14 @@ class OperatingPoint:
         ch = (self.after - self.before) / abs(self.before)
         return 0.0 if abs(ch) < 1e-9 else ch
 
+    def judged(self, comparable: bool) -> str | None:
+        """"better" or "worse" for a change, by the metric's direction; None where there is
+        no change or the runs are not comparable (a difference is then no verdict)."""
+        ch = self.change
+        if ch is None or ch == 0 or not comparable:
+            return None
+        return "better" if (ch < 0) == (self.better == "lower") else "worse"
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BreakdownRow:
