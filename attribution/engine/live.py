@@ -3,8 +3,9 @@ not grow with the run.
 
 Owns the state of a live attribution.  ``LiveEngine.update(delta, now_ns)`` takes the records
 that completed and the readings taken since the last call; once a stretch of time is settled
-(``now − settle``: records arrive when they complete, so nothing overlapping it can still come)
-it is reduced ONCE to
+(``now − settle``: records arrive when they complete, so nothing overlapping it can still come;
+and no later than the earliest launch call whose item has not come, ``live_pending``, so a
+kernel running longer than the delay is not cut) it is reduced ONCE to
 
 * a **slab** (one per update): per class calls, busy time, busy-time share (for the
   ``P_idle`` split) and bytes; idle time and gap count per cause;
@@ -48,6 +49,12 @@ from attribution.engine.clamp import MAX_GAP_NS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, unit_ids
+from attribution.engine.live_pending import (
+    WAIT_WARN_S,
+    PendingLaunches,
+    given_up_warning,
+    waiting_warning,
+)
 from attribution.engine.live_redo import LagParams, Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
     GPU_ITEMS,
@@ -252,6 +259,8 @@ class LiveEngine:
         self.done_ns: int | None = None
         self.now_ns = 0
         self.refits = 0
+        # launches whose items have not come: time is settled no further than the earliest
+        self.pending = PendingLaunches()
 
     # ------------------------------------------------------------------ input
 
@@ -281,6 +290,7 @@ class LiveEngine:
                         st0.late_work_ns = now_ns
         for st in self.dev.values():
             st.add_readings(delta)
+        self.pending.update(delta)
         items = Trace(strings=delta.strings, kernels=delta.kernels, copies=delta.copies,
                       memsets=delta.memsets, apis=delta.apis, markers=delta.markers)
         self.chunks.append(now_ns, items)
@@ -293,6 +303,9 @@ class LiveEngine:
             self.start_ns = self.done_ns = min(starts)
         assert self.done_ns is not None
         upto = now_ns - self.settle_ns
+        floor = self.pending.floor_ns(now_ns)  # an item running longer than the delay
+        if floor is not None:
+            upto = min(upto, floor)
         for st in self.dev.values():
             st.ahead = False  # this update's grid step or redo rows were done by background()
             if st.search is not None:
@@ -595,6 +608,9 @@ class LiveEngine:
                 hs = [h[keep] for h in st.tail_rows.view()[2:]]
             sums = {k: st.slabs.total(k, N_CAUSES if k.startswith("idle") else n)
                     for k in SUMS}
+            open_calls, open_bytes = st.slabs.head_open(n)  # items the start cuts
+            sums["calls"] = sums["calls"] + open_calls
+            sums["bytes"] = sums["bytes"] + open_bytes
             for k in ("calls", "bytes", "idle_n"):
                 sums[k] = np.rint(sums[k])
             # the phase-lock test on the horizon's rows against its slabs' random windows (a
@@ -606,9 +622,15 @@ class LiveEngine:
             parts.append(self._device_part(st, sums, xs, y, hs, first=not parts,
                                            span_s=(win[1] - win[0]) * 1e-9, spread=spread))
         snap = assemble(parts, win)
-        if untraced:
-            snap = dataclasses.replace(snap, warnings=(untraced_warning(untraced),
-                                                       *snap.warnings))
+        lines = [untraced_warning(untraced)] if untraced else []
+        wait_s = (self.now_ns - self.done_ns) * 1e-9
+        if wait_s - self.settle_ns * 1e-9 > WAIT_WARN_S:
+            lines.append(waiting_warning(wait_s))
+        lost = self.pending.given_up_since(win[0])
+        if lost:
+            lines.append(given_up_warning(lost, self.pending.max_wait_ns * 1e-9))
+        if lines:
+            snap = dataclasses.replace(snap, warnings=(*lines, *snap.warnings))
         return snap
 
     def _device_part(self, st: DeviceState, sums: dict[str, F64], xs: list[F64], y: F64,

@@ -272,6 +272,7 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
     share = np.zeros(len(it))
     share[inside] = idle_share_s(s[inside], e[inside], a)
     started = (it.start_ns >= a) & (it.start_ns < b)
+    running = (it.start_ns < a) & (it.end_ns > a)
     nbytes = np.zeros(len(it))
     for src, batch in ((COPY, sub.copies), (MEMSET, sub.memsets)):
         m = it.source == src
@@ -289,7 +290,10 @@ def reduce_slab(sub: Trace, it: Items, cls: I64, n_cls: int, span: tuple[int, in
                           minlength=n_cls).astype(np.int64),
         idle_s=_fsum(iv.cause[gm], (ge - gs)[gm] * 1e-9, N_CAUSES),
         idle_n=np.bincount(iv.cause[gm & (iv.start_ns >= a)],
-                           minlength=N_CAUSES).astype(np.int64))
+                           minlength=N_CAUSES).astype(np.int64),
+        open_calls=np.bincount(cls[running], minlength=n_cls).astype(np.int64),
+        open_bytes=np.bincount(cls[running], weights=nbytes[running],
+                               minlength=n_cls).astype(np.int64))
 
 
 def random_rate_per_s(horizon_s: float) -> float:

@@ -68,6 +68,11 @@ class Slab:
     rand_n: F64 = dataclasses.field(default_factory=lambda: np.zeros(1))
     rand_x: F64 = dataclasses.field(default_factory=lambda: np.zeros(0))
     rand_xx: F64 = dataclasses.field(default_factory=lambda: np.zeros(0))
+    # per class: the items running across ``start_ns`` (started before it, ending after) and
+    # their bytes; counted only where the slab is the horizon's first, so a horizon's calls
+    # are the items that overlap it (``SlabRing.head_open``)
+    open_calls: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    open_bytes: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 SUMS = ("calls", "time_s", "share_s", "bytes", "idle_s", "idle_n")
@@ -121,6 +126,17 @@ class SlabRing:
     def total(self, key: str, n: int) -> F64:
         v = self.sums[key]
         return np.pad(v, (0, n - len(v))) if len(v) < n else v.copy()
+
+    def head_open(self, n: int) -> tuple[F64, F64]:
+        """Per class (``n``): the calls and bytes of the items running across the first
+        slab's start. Slabs count an item where it starts, so a horizon whose start cuts a
+        long kernel would show its time with no call; these are added to the sums."""
+        out = []
+        for v in ((self.slabs[0].open_calls, self.slabs[0].open_bytes) if self.slabs
+                  else (np.zeros(0), np.zeros(0))):
+            w = np.asarray(v, np.float64)[:n]
+            out.append(np.pad(w, (0, n - len(w))))
+        return out[0], out[1]
 
 
 class RowRing:

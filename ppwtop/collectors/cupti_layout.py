@@ -156,6 +156,8 @@ def classify_api(name: str) -> ApiKind:
     n = name.lower()
     if "graph" in n and "launch" not in n:
         return ApiKind.OTHER  # graph construction calls (cudaGraphAddMemcpyNode ...)
+    if "hostfunc" in n:
+        return ApiKind.OTHER  # cudaLaunchHostFunc: runs on the host, no GPU record follows
     if "launch" in n:
         return ApiKind.LAUNCH
     if "synchronize" in n:
