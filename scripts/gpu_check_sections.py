@@ -296,11 +296,35 @@ def _collect(lib: Any, work: Callable[[], None]) -> Trace:
         parts.append(dec.decode(b.data, dropped_records=b.dropped_records))
     tr = Trace(strings=dec.strings)
     tr.kernels = KernelBatch.concat(p.kernels for p in parts)
+    if parts:
+        tr.copies = type(parts[0].copies).concat(p.copies for p in parts)
+        tr.memsets = type(parts[0].memsets).concat(p.memsets for p in parts)
     tr.meta["stats"] = {"buffers": col.stats.buffers, "bytes": col.stats.bytes,
                         "dropped_records": col.stats.dropped_records,
                         "callback_errors": col.stats.callback_errors}
     tr.apis = type(parts[0].apis).concat(p.apis for p in parts) if parts else tr.apis
     return tr
+
+
+def launch_matching(tr: Trace) -> dict[str, list[int]]:
+    """Per launch-like call name (``live_pending.ISSUING``): [calls whose correlation id a
+    kernel, copy or memset record carries, calls]. The live engine waits on the calls whose
+    record has not come; a name with calls and no matches (say driver calls the runtime made
+    under ids of their own) would be given up on, and after a few not waited on
+    (docs/attribution.md, "Settled time")."""
+    from attribution.engine.live_pending import ISSUING
+
+    a = tr.apis
+    on = np.isin(a.kind, ISSUING)
+    items = np.concatenate([tr.kernels.correlation, tr.copies.correlation,
+                            tr.memsets.correlation])
+    got = np.isin(a.correlation[on], items)
+    out: dict[str, list[int]] = {}
+    for nid, ok in zip(a.name_id[on].tolist(), got.tolist(), strict=True):
+        row = out.setdefault(tr.strings[nid] if nid >= 0 else "?", [0, 0])
+        row[0] += int(ok)
+        row[1] += 1
+    return out
 
 
 def cupti(ctx: Context) -> dict[str, Any]:
@@ -323,6 +347,7 @@ def cupti(ctx: Context) -> dict[str, Any]:
                                           np.sort(src.kernels.start_ns))))
         return {"launched": len(src.kernels), "kernels_decoded": len(tr.kernels),
                 "apis_launched": len(src.apis), "apis_decoded": len(tr.apis),
+                "launch_calls_matched": launch_matching(tr),
                 "timestamps_match": same_t, "stats": tr.meta["stats"],
                 "summary": f"{len(tr.kernels)}/{len(src.kernels)} kernels decoded, "
                            f"timestamps match {same_t}"}
@@ -347,11 +372,15 @@ def cupti(ctx: Context) -> dict[str, Any]:
     k = tr.kernels
     names = [tr.strings[i] if i >= 0 else "?" for i in k.name_id.tolist()]
     in_run = int(((k.start_ns >= t0) & (k.end_ns <= t1)).sum()) if len(k) else 0
+    matching = launch_matching(tr)
+    unmatched = {name: t - m for name, (m, t) in matching.items() if m < t}
     return {"launched": n, "kernels_decoded": len(k), "kernels_in_host_window": in_run,
             "kernel_names": sorted(set(names))[:10], "apis_decoded": len(tr.apis),
+            "launch_calls_matched": matching,
             "stats": tr.meta["stats"], "host_window_ns": [t0, t1],
             "summary": f"{len(k)} kernels decoded for {n} launches ({in_run} inside the host "
-                       "window: CUPTI timestamps on the host clock if equal)"}
+                       "window: CUPTI timestamps on the host clock if equal); launch calls "
+                       f"without a GPU record: {unmatched or 'none'}"}
 
 
 # --- 6. overhead --------------------------------------------------------------------------

@@ -124,6 +124,10 @@ def test_energy_counter_and_attribution(full_run: tuple[dict[str, Any], str]) ->
     assert att["response"]["response_ms"] == 0.0 and not att["response"]["at_grid_edge"]
     cup = sec["cupti"]
     assert cup["kernels_decoded"] == cup["launched"] > 0 and cup["timestamps_match"]
+    # every launch call the fake delivered has its item's record (what the lent GPU checks)
+    matched = cup["launch_calls_matched"]
+    assert sum(t for _, t in matched.values()) >= cup["launched"]
+    assert all(m == t for m, t in matched.values())
 
 
 def _wait_for(out: Path, section: str, timeout_s: float = 30.0) -> None:

@@ -628,7 +628,10 @@ class LiveEngine:
             lines.append(waiting_warning(wait_s))
         lost = self.pending.given_up_since(win[0])
         if lost:
-            lines.append(given_up_warning(lost, self.pending.max_wait_ns * 1e-9))
+            trusted = self.pending.trusted()
+            lines.append(given_up_warning(
+                lost, self.pending.max_wait_ns * 1e-9,
+                [n for k, n in enumerate(self.pending.names) if not trusted[k]]))
         if lines:
             snap = dataclasses.replace(snap, warnings=(*lines, *snap.warnings))
         return snap

@@ -10,15 +10,20 @@ before its launch call does, so no time before the earliest pending launch can g
 record: :meth:`PendingLaunches.floor_ns` is that time, and the engine settles no further.
 
 A launch pending longer than ``max_wait_ns`` is given up (a failed launch, a dropped
-record, or a memcpy the GPU never ran) and kept in ``given_up_ns``; the engine then settles
-past it as it did before, and the snapshot says so. Correlations are matched within the
-update that brings the item and the one before it (an item completing before its launch
-call returns can arrive one update ahead of that call's record).
+record, a call made during stream capture) and kept in ``given_up_ns``; the engine then
+settles past it as it did before, and the snapshot says so. A call name given up on more
+often than matched (``DISTRUST_AFTER``) is not waited on until its matches catch up.
+Correlations are matched within the update that brings the item and the one before it (an
+item completing before its launch call returns can arrive one update ahead of that call's
+record).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from attribution.model import I64, ApiKind, Trace
 
@@ -26,6 +31,11 @@ ISSUING = (int(ApiKind.LAUNCH), int(ApiKind.MEMCPY), int(ApiKind.MEMSET))
 """The API kinds whose call puts an item on the GPU."""
 MAX_WAIT_S = 10.0
 """A launch whose record has not come this long after the call is given up."""
+DISTRUST_AFTER = 8
+"""Calls of a name given up on this many times, and more often than matched, are not waited
+on (still tracked, so the name is waited on again once its matches catch up): a call the
+collector classes as a launch that never has a GPU record of its own would otherwise hold
+the view ``MAX_WAIT_S`` behind, again and again."""
 
 
 def _items_correlation(delta: Trace) -> I64:
@@ -34,63 +44,110 @@ def _items_correlation(delta: Trace) -> I64:
 
 
 class PendingLaunches:
-    """The launch calls whose items have not arrived, as (correlation, call start) columns."""
+    """The launch calls whose items have not arrived, as (correlation, call start, name key)
+    columns, and per call name how many were matched and given up on."""
 
     def __init__(self, max_wait_s: float = MAX_WAIT_S) -> None:
         self.max_wait_ns = int(max_wait_s * 1e9)
         self.corr: I64 = np.empty(0, np.int64)
         self.start_ns: I64 = np.empty(0, np.int64)
+        self.key: I64 = np.empty(0, np.int64)
+        self.names: list[str] = []
+        """The call names seen, indexed by key."""
+        self._key_of: dict[str, int] = {}
+        self.matched: I64 = np.zeros(0, np.int64)
+        """Per name key: calls whose item came."""
+        self.given_up: I64 = np.zeros(0, np.int64)
+        """Per name key: calls given up on."""
         self._prev_items: I64 = np.empty(0, np.int64)
         self.given_up_ns: I64 = np.empty(0, np.int64)
-        """The call starts of the launches given up on (:meth:`expire` drops old ones)."""
+        """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
+        self.given_up_key: I64 = np.empty(0, np.int64)
 
     def __len__(self) -> int:
         return len(self.corr)
+
+    def _keys(self, delta: Trace, name_id: npt.NDArray[np.integer[Any]]) -> I64:
+        ids, inv = np.unique(name_id, return_inverse=True)
+        keys = np.empty(len(ids), np.int64)
+        for i, nid in enumerate(ids.tolist()):
+            name = delta.strings[nid] if 0 <= nid < len(delta.strings) else f"#{nid}"
+            k = self._key_of.get(name)
+            if k is None:
+                k = self._key_of[name] = len(self.names)
+                self.names.append(name)
+            keys[i] = k
+        n = len(self.names)
+        if len(self.matched) < n:
+            self.matched = np.pad(self.matched, (0, n - len(self.matched)))
+            self.given_up = np.pad(self.given_up, (0, n - len(self.given_up)))
+        return np.asarray(keys[inv.reshape(-1)], np.int64)
+
+    def _take(self, keep: npt.NDArray[np.bool_]) -> None:
+        self.corr, self.start_ns, self.key = self.corr[keep], self.start_ns[keep], self.key[keep]
 
     def update(self, delta: Trace) -> None:
         """Take one update's API records and GPU items."""
         items = _items_correlation(delta)
         if len(self.corr) and len(items):
-            keep = ~np.isin(self.corr, items)
-            self.corr, self.start_ns = self.corr[keep], self.start_ns[keep]
+            came = np.isin(self.corr, items)
+            if bool(came.any()):
+                self.matched += np.bincount(self.key[came], minlength=len(self.matched))
+                self._take(~came)
         a = delta.apis
         new = np.isin(a.kind, ISSUING) & (a.correlation > 0)
         if bool(new.any()):
             corr, start = a.correlation[new], a.start_ns[new]
+            key = self._keys(delta, a.name_id[new])
             seen = np.concatenate([items, self._prev_items])
             if len(seen):
-                fresh = ~np.isin(corr, seen)
-                corr, start = corr[fresh], start[fresh]
+                came = np.isin(corr, seen)
+                self.matched += np.bincount(key[came], minlength=len(self.matched))
+                corr, start, key = corr[~came], start[~came], key[~came]
             self.corr = np.concatenate([self.corr, corr.astype(np.int64, copy=False)])
             self.start_ns = np.concatenate([self.start_ns, start.astype(np.int64, copy=False)])
+            self.key = np.concatenate([self.key, key])
         self._prev_items = items
 
+    def trusted(self) -> npt.NDArray[np.bool_]:
+        """Per name key: waited on (``DISTRUST_AFTER``)."""
+        return np.asarray((self.given_up < DISTRUST_AFTER) | (self.matched >= self.given_up),
+                          bool)
+
     def floor_ns(self, now_ns: int) -> int | None:
-        """The earliest call start of a launch still pending (None: none), after giving up on
-        those pending longer than ``max_wait_ns`` at ``now_ns``."""
+        """The earliest call start of a launch still pending whose name is waited on (None:
+        none), after giving up on those pending longer than ``max_wait_ns`` at ``now_ns``."""
         if not len(self.corr):
             return None
         old = self.start_ns < now_ns - self.max_wait_ns
         if bool(old.any()):
+            self.given_up += np.bincount(self.key[old], minlength=len(self.given_up))
             self.given_up_ns = np.concatenate([self.given_up_ns, self.start_ns[old]])
-            self.corr, self.start_ns = self.corr[~old], self.start_ns[~old]
-            if not len(self.corr):
-                return None
-        return int(self.start_ns.min())
+            self.given_up_key = np.concatenate([self.given_up_key, self.key[old]])
+            self._take(~old)
+        wait = self.trusted()[self.key]
+        return int(self.start_ns[wait].min()) if bool(wait.any()) else None
+
+    def given_up_since(self, start_ns: int) -> list[tuple[str, int]]:
+        """Per call name, the launches given up on whose call started at or after
+        ``start_ns`` (and forget the earlier ones: the horizon's start only moves on)."""
+        keep = self.given_up_ns >= start_ns
+        self.given_up_ns, self.given_up_key = self.given_up_ns[keep], self.given_up_key[keep]
+        counts = np.bincount(self.given_up_key, minlength=len(self.names))
+        return [(self.names[k], int(counts[k])) for k in np.flatnonzero(counts).tolist()]
 
 
-    def given_up_since(self, start_ns: int) -> int:
-        """Launches given up on whose call started at or after ``start_ns`` (and forget the
-        earlier ones: the horizon's start only moves on)."""
-        self.given_up_ns = self.given_up_ns[self.given_up_ns >= start_ns]
-        return len(self.given_up_ns)
-
-
-def given_up_warning(n: int, max_wait_s: float) -> str:
+def given_up_warning(lost: list[tuple[str, int]], max_wait_s: float,
+                     not_waited: list[str]) -> str:
     """The snapshot's line when launches were given up on in its horizon."""
-    return (f"{n} launch call(s) had no kernel, copy or memset record {max_wait_s:.0f} s after "
-            "the call (a failed launch, a dropped record, or a copy the GPU did not run): "
-            "their time was settled without them")
+    calls = ", ".join(f"{n} × {name}" for name, n in lost)
+    line = (f"launch calls with no kernel, copy or memset record {max_wait_s:.0f} s after the "
+            f"call ({calls}: a failed launch, a dropped record, a call made during stream "
+            "capture): their time was settled without them")
+    if not_waited:
+        line += ("; no longer waited on, given up on more often than matched: "
+                 + ", ".join(not_waited))
+    return line
 
 
 WAIT_WARN_S = 1.0
