@@ -43,6 +43,9 @@ def test_the_floor_is_the_earliest_launch_still_pending() -> None:
     assert p.floor_ns(1_000) == 100
     p.update(Trace(kernels=_kernels([1])))
     assert p.floor_ns(1_000) == 200
+    # a call CUPTI could not time (start and end 0) is not waited on either
+    p.update(Trace(apis=_apis([9], [0])))
+    assert p.floor_ns(1_000) == 200 and len(p) == 2
     # a sync or allocation call puts nothing on the GPU: not waited on
     p.update(Trace(apis=_apis([4], [150], ApiKind.SYNC), kernels=_kernels([3])))
     assert p.floor_ns(1_000) == 200 and len(p) == 1
@@ -80,11 +83,11 @@ def test_a_name_given_up_on_more_often_than_matched_is_not_waited_on() -> None:
     p = PendingLaunches(max_wait_s=1.0)
     s = 1_000_000_000
     for i in range(DISTRUST_AFTER):  # each tick: one matched runtime launch, one orphan
-        t = i * s
+        t = (i + 1) * s
         p.update(Trace(strings=names, apis=_apis([2 * i + 1, 2 * i + 2], [t, t], names=[0, 1]),
                        kernels=_kernels([2 * i + 1])))
         p.floor_ns(t + s // 2)
-    p.floor_ns(DISTRUST_AFTER * s + 2 * s)
+    p.floor_ns(DISTRUST_AFTER * s + 3 * s)
     assert list(p.trusted()) == [True, False]
     t = 20 * s
     p.update(Trace(strings=names, apis=_apis([100, 101], [t, t + 5], names=[1, 0])))

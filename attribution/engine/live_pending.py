@@ -95,7 +95,8 @@ class PendingLaunches:
                 self.matched += np.bincount(self.key[came], minlength=len(self.matched))
                 self._take(~came)
         a = delta.apis
-        new = np.isin(a.kind, ISSUING) & (a.correlation > 0)
+        # (CUPTI writes 0 for both times of a call it could not time: no floor to hold)
+        new = np.isin(a.kind, ISSUING) & (a.correlation > 0) & (a.start_ns > 0)
         if bool(new.any()):
             corr, start = a.correlation[new], a.start_ns[new]
             key = self._keys(delta, a.name_id[new])
