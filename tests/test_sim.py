@@ -336,6 +336,18 @@ def test_unknown_names_raise() -> None:
         simulate("varied_mix", "gtx480", 2.0)
 
 
+def test_a_step_longer_than_the_run_is_one_clear_error() -> None:
+    """A spec whose first step outlasts the run (launch_bound's 200 kernels a step with a
+    class of 0.7 s kernels in 40 s) raised an IndexError deep in the host-call layout."""
+    from attribution.sim.scenarios import KernelClass
+
+    base = SCENARIOS["launch_bound"]
+    spec = dataclasses.replace(base, classes=(*base.classes, KernelClass("slow", 7e5, 0.3, 0.5)))
+    with pytest.raises(ValueError, match="no whole step of 'launch_bound' fits in 40 s"):
+        simulate("launch_bound", "a100", 40.0, seed=1, spec=spec)
+    assert len(simulate("launch_bound", "a100", 120.0, seed=1, spec=spec).trace.kernels)
+
+
 def test_speed_90s_a100() -> None:
     t = time.perf_counter()
     res = simulate("varied_mix", "a100", 90.0, seed=0)

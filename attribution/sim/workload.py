@@ -240,6 +240,10 @@ def build_timeline(spec: ScenarioSpec, rng: np.random.Generator, t0: int, second
     # keep whole steps that end before the tail idle
     keep_step = np.bincount(flat["step"], weights=(end > t_end - TAIL_IDLE_NS)) == 0
     keep = keep_step[flat["step"]]
+    if not bool(keep.any()):  # (a spec whose step outlasts the run: nothing to simulate)
+        first = float(end[flat["step"] == flat["step"][0]].max() - t0) * 1e-9
+        raise ValueError(f"no whole step of {spec.name!r} fits in {seconds:g} s (its first "
+                         f"step runs {first:.1f} s): simulate longer")
     start, end = start[keep], end[keep]
     f = {key: v[keep] for key, v in flat.items()}
     clamp_of = clamp_of[keep]
