@@ -1,6 +1,7 @@
 """The live engine settles no further than the earliest launch whose GPU record has not come
 (``live_pending``): a kernel running longer than the settling delay is reduced whole, and a
-launch whose record never comes holds the view back at most ``MAX_WAIT_S``, with a line."""
+launch whose record never comes holds the view back at most ``MAX_WAIT_S``, with a line;
+launches made during a stream capture are not waited on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from attribution.engine.live import SETTLE_S, LiveEngine
-from attribution.engine.live_pending import DISTRUST_AFTER, MAX_WAIT_S, PendingLaunches
+from attribution.engine.live_pending import DISTRUST_AFTER, PendingLaunches
 from attribution.model import ApiBatch, ApiKind, KernelBatch, StringTable, Trace
 from attribution.sim import SCENARIOS, simulate
 from attribution.sim.scenarios import KernelClass
@@ -51,6 +52,31 @@ def test_the_floor_is_the_earliest_launch_still_pending() -> None:
     assert p.floor_ns(1_000) == 200 and len(p) == 1
     p.update(Trace(kernels=_kernels([2])))
     assert p.floor_ns(1_000) is None
+
+
+def test_launches_during_a_stream_capture_are_not_waited_on() -> None:
+    """A launch a thread makes while capturing a stream into a CUDA graph runs nothing: no
+    record follows it. The capture may span updates; other threads are not capturing."""
+    names = StringTable(["cudaLaunchKernel", "cudaStreamBeginCapture",
+                         "cudaStreamEndCapture"])
+
+    def calls(corr: list[int], start: list[int], name: list[int], tid: list[int]) -> ApiBatch:
+        a = _apis(corr, start, names=name)
+        return dataclasses.replace(a, tid=np.array(tid, np.int64),
+                                   kind=np.where(np.array(name) == 0, int(ApiKind.LAUNCH),
+                                                 int(ApiKind.OTHER)).astype(np.uint8))
+
+    p = PendingLaunches()
+    # thread 1 begins a capture and launches twice; thread 2 launches for real meanwhile
+    p.update(Trace(strings=names, apis=calls([1, 2, 3, 4], [100, 200, 300, 250],
+                                             [1, 0, 0, 0], [1, 1, 1, 2])))
+    assert p.floor_ns(1_000) == 250 and len(p) == 1
+    # the capture ends in the next update; thread 1's later launches are waited on again
+    p.update(Trace(strings=names, apis=calls([5, 6, 7], [400, 500, 600], [0, 2, 0],
+                                             [1, 1, 1])))
+    assert len(p) == 2 and p.floor_ns(1_000) == 250
+    p.update(Trace(kernels=_kernels([4])))
+    assert p.floor_ns(1_000) == 600
 
 
 def test_an_item_ahead_of_its_launch_record_is_not_waited_on() -> None:
@@ -136,6 +162,9 @@ def test_kernels_longer_than_the_settling_delay_are_attributed_whole(gpu: str) -
     assert live.totals.active_idle_w == pytest.approx(p_true, rel=0.08)
 
 
+WAIT_S = 10.0
+
+
 def test_a_launch_without_a_record_holds_the_view_back_at_most_the_wait() -> None:
     """One launch call whose kernel never comes (a failed launch, a dropped record): the view
     stops at the call while it is pending, then moves on with a line saying so."""
@@ -144,6 +173,7 @@ def test_a_launch_without_a_record_holds_the_view_back_at_most_the_wait() -> Non
     lost = _apis([int(tr.apis.correlation.max()) + 10], [t_lost])
     tr = dataclasses.replace(tr, apis=ApiBatch.concat([tr.apis, lost]))
     eng = LiveEngine(devices=tr.devices, horizon_s=10.0)
+    eng.pending = PendingLaunches(max_wait_s=WAIT_S)  # (the default is longer than the run)
     behind: list[tuple[int, float]] = []
     said: list[int] = []  # when a snapshot carried the line
     waited: set[int] = set()  # ... the line that the view waits
@@ -157,11 +187,11 @@ def test_a_launch_without_a_record_holds_the_view_back_at_most_the_wait() -> Non
                 said.append(now)
             if any(w.startswith("the live view ends") for w in snap.warnings):
                 waited.add(now)
-    held = [b for now, b in behind if t_lost + 2e9 < now < t_lost + MAX_WAIT_S * 1e9 - 1e9]
+    held = [b for now, b in behind if t_lost + 2e9 < now < t_lost + WAIT_S * 1e9 - 1e9]
     assert held and min(held) > 1.5  # waiting on it, and saying why
     assert all(now in waited for now, b in behind if b > SETTLE_S + 1.2)
-    after = [b for now, b in behind if now > t_lost + MAX_WAIT_S * 1e9 + 1e9]
+    after = [b for now, b in behind if now > t_lost + WAIT_S * 1e9 + 1e9]
     assert after and max(after) <= SETTLE_S + 1e-9  # given up: back to the settling delay
     # said while the call is inside the horizon, from when it was given up
-    assert said and min(said) >= t_lost + MAX_WAIT_S * 1e9
-    assert max(said) <= t_lost + (MAX_WAIT_S + 10.0 + 1.0) * 1e9
+    assert said and min(said) >= t_lost + WAIT_S * 1e9
+    assert max(said) <= t_lost + (WAIT_S + 10.0 + 1.0) * 1e9

@@ -9,8 +9,9 @@ readings taken while it ran were fitted as if the GPU were idle. An item cannot 
 before its launch call does, so no time before the earliest pending launch can gain a
 record: :meth:`PendingLaunches.floor_ns` is that time, and the engine settles no further.
 
-A launch pending longer than ``max_wait_ns`` is given up (a failed launch, a dropped
-record, a call made during stream capture) and kept in ``given_up_ns``; the engine then
+Launch calls made while their thread captures a stream into a CUDA graph run nothing and are
+not waited on. A launch pending longer than ``max_wait_ns`` is given up (a failed launch, a
+dropped record) and kept in ``given_up_ns``; the engine then
 settles past it as it did before, and the snapshot says so. A call name given up on more
 often than matched (``DISTRUST_AFTER``) is not waited on until its matches catch up.
 Correlations are matched within the update that brings the item and the one before it (an
@@ -29,8 +30,11 @@ from attribution.model import I64, ApiKind, Trace
 
 ISSUING = (int(ApiKind.LAUNCH), int(ApiKind.MEMCPY), int(ApiKind.MEMSET))
 """The API kinds whose call puts an item on the GPU."""
-MAX_WAIT_S = 10.0
-"""A launch whose record has not come this long after the call is given up."""
+MAX_WAIT_S = 60.0
+"""A launch whose record has not come this long after the call is given up. Host code can
+queue work far ahead: with seconds-long kernels the simulator's launches run up to 21 s
+ahead of their items' ends, and a 10 s wait gave up on them (the sweep in
+docs/accuracy.md, "Items longer than the settling delay")."""
 DISTRUST_AFTER = 8
 """Calls of a name given up on this many times, and more often than matched, are not waited
 on (still tracked, so the name is waited on again once its matches catch up): a call the
@@ -63,6 +67,7 @@ class PendingLaunches:
         self.given_up_ns: I64 = np.empty(0, np.int64)
         """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
         self.given_up_key: I64 = np.empty(0, np.int64)
+        self._capturing: dict[int, bool] = {}  # threads inside a stream capture
 
     def __len__(self) -> int:
         return len(self.corr)
@@ -97,6 +102,7 @@ class PendingLaunches:
         a = delta.apis
         # (CUPTI writes 0 for both times of a call it could not time: no floor to hold)
         new = np.isin(a.kind, ISSUING) & (a.correlation > 0) & (a.start_ns > 0)
+        new &= ~self._captured(delta)
         if bool(new.any()):
             corr, start = a.correlation[new], a.start_ns[new]
             key = self._keys(delta, a.name_id[new])
@@ -109,6 +115,39 @@ class PendingLaunches:
             self.start_ns = np.concatenate([self.start_ns, start.astype(np.int64, copy=False)])
             self.key = np.concatenate([self.key, key])
         self._prev_items = items
+
+    def _captured(self, delta: Trace) -> npt.NDArray[np.bool_]:
+        """Per API record of ``delta``: made on a thread while it captured a stream into a
+        CUDA graph (between its ``…BeginCapture`` and ``…EndCapture`` calls), so nothing
+        runs on the GPU for it. The capture state of each thread carries over updates."""
+        a = delta.apis
+        out = np.zeros(len(a), bool)
+        if not len(a):
+            return out
+        ids, inv = np.unique(a.name_id, return_inverse=True)
+        mark = np.zeros(len(ids), np.int8)  # +1 begins a capture, −1 ends one
+        for i, nid in enumerate(ids.tolist()):
+            name = delta.strings[nid] if 0 <= nid < len(delta.strings) else ""
+            mark[i] = 1 if "BeginCapture" in name else (-1 if "EndCapture" in name else 0)
+        ev = mark[inv.reshape(-1)]
+        if not bool(ev.any()) and not self._capturing:
+            return out
+        for tid in np.unique(a.tid).tolist():
+            on = np.flatnonzero(a.tid == tid)
+            on = on[np.argsort(a.start_ns[on], kind="stable")]
+            open_ = self._capturing.get(int(tid), False)
+            for j in on.tolist():  # one thread's calls in order (few: capture is rare)
+                if ev[j] > 0:
+                    open_ = True
+                elif ev[j] < 0:
+                    open_ = False
+                else:
+                    out[j] = open_
+            if open_:
+                self._capturing[int(tid)] = True
+            else:
+                self._capturing.pop(int(tid), None)
+        return out
 
     def trusted(self) -> npt.NDArray[np.bool_]:
         """Per name key: waited on (``DISTRUST_AFTER``)."""
@@ -143,8 +182,8 @@ def given_up_warning(lost: list[tuple[str, int]], max_wait_s: float,
     """The snapshot's line when launches were given up on in its horizon."""
     calls = ", ".join(f"{n} × {name}" for name, n in lost)
     line = (f"launch calls with no kernel, copy or memset record {max_wait_s:.0f} s after the "
-            f"call ({calls}: a failed launch, a dropped record, a call made during stream "
-            "capture): their time was settled without them")
+            f"call ({calls}: a failed launch, a dropped record, or work queued that long): "
+            "their time was settled without them")
     if not_waited:
         line += ("; no longer waited on, given up on more often than matched: "
                  + ", ".join(not_waited))
