@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from attribution.model import I64, ApiKind, Trace
+from attribution.model import I64, ApiBatch, ApiKind, Trace
 
 ISSUING = (int(ApiKind.LAUNCH), int(ApiKind.MEMCPY), int(ApiKind.MEMSET))
 """The API kinds whose call puts an item on the GPU."""
@@ -68,25 +68,43 @@ class PendingLaunches:
         """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
         self.given_up_key: I64 = np.empty(0, np.int64)
         self._capturing: dict[int, bool] = {}  # threads inside a stream capture
+        self._table: object = None  # the string table the name-id arrays are of
+        self._key_by_id: I64 = np.empty(0, np.int64)
+        self._mark_by_id: npt.NDArray[np.int8] = np.empty(0, np.int8)
 
     def __len__(self) -> int:
         return len(self.corr)
 
-    def _keys(self, delta: Trace, name_id: npt.NDArray[np.integer[Any]]) -> I64:
-        ids, inv = np.unique(name_id, return_inverse=True)
-        keys = np.empty(len(ids), np.int64)
-        for i, nid in enumerate(ids.tolist()):
-            name = delta.strings[nid] if 0 <= nid < len(delta.strings) else f"#{nid}"
-            k = self._key_of.get(name)
-            if k is None:
-                k = self._key_of[name] = len(self.names)
-                self.names.append(name)
-            keys[i] = k
-        n = len(self.names)
-        if len(self.matched) < n:
+    def _lookup(self, delta: Trace, name_id: npt.NDArray[np.integer[Any]]
+                ) -> tuple[I64, npt.NDArray[np.int8]]:
+        """Per record: its call name's key and capture mark (+1 a ``…BeginCapture``, −1 an
+        ``…EndCapture``, else 0), from arrays indexed by name id, filled for ids not seen
+        before (a feed's string table only grows; another table starts them afresh)."""
+        if delta.strings is not self._table:
+            self._table = delta.strings
+            self._key_by_id = np.empty(0, np.int64)
+            self._mark_by_id = np.empty(0, np.int8)
+        if not len(name_id):
+            return np.empty(0, np.int64), np.empty(0, np.int8)
+        top = int(name_id.max()) + 1
+        if top > len(self._key_by_id):
+            old = len(self._key_by_id)
+            self._key_by_id = np.pad(self._key_by_id, (0, top - old), constant_values=-1)
+            self._mark_by_id = np.pad(self._mark_by_id, (0, top - old))
+            for nid in range(old, top):
+                name = delta.strings[nid] if nid < len(delta.strings) else f"#{nid}"
+                k = self._key_of.get(name)
+                if k is None:
+                    k = self._key_of[name] = len(self.names)
+                    self.names.append(name)
+                self._key_by_id[nid] = k
+                self._mark_by_id[nid] = (1 if "BeginCapture" in name
+                                         else -1 if "EndCapture" in name else 0)
+            n = len(self.names)
             self.matched = np.pad(self.matched, (0, n - len(self.matched)))
             self.given_up = np.pad(self.given_up, (0, n - len(self.given_up)))
-        return np.asarray(keys[inv.reshape(-1)], np.int64)
+        ids = np.maximum(name_id, 0)  # (a negative id, no name: the first name's slot)
+        return self._key_by_id[ids], self._mark_by_id[ids]
 
     def _take(self, keep: npt.NDArray[np.bool_]) -> None:
         self.corr, self.start_ns, self.key = self.corr[keep], self.start_ns[keep], self.key[keep]
@@ -102,10 +120,11 @@ class PendingLaunches:
         a = delta.apis
         # (CUPTI writes 0 for both times of a call it could not time: no floor to hold)
         new = np.isin(a.kind, ISSUING) & (a.correlation > 0) & (a.start_ns > 0)
-        new &= ~self._captured(delta)
+        keys, marks = self._lookup(delta, a.name_id)
+        new &= ~self._captured(a, marks)
         if bool(new.any()):
             corr, start = a.correlation[new], a.start_ns[new]
-            key = self._keys(delta, a.name_id[new])
+            key = keys[new]
             seen = np.concatenate([items, self._prev_items])
             if len(seen):
                 came = np.isin(corr, seen)
@@ -116,20 +135,12 @@ class PendingLaunches:
             self.key = np.concatenate([self.key, key])
         self._prev_items = items
 
-    def _captured(self, delta: Trace) -> npt.NDArray[np.bool_]:
-        """Per API record of ``delta``: made on a thread while it captured a stream into a
-        CUDA graph (between its ``…BeginCapture`` and ``…EndCapture`` calls), so nothing
-        runs on the GPU for it. The capture state of each thread carries over updates."""
-        a = delta.apis
+    def _captured(self, a: ApiBatch, ev: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+        """Per API record of ``a`` (``ev``: its capture mark, :meth:`_lookup`): made on a
+        thread while it captured a stream into a CUDA graph (between its ``…BeginCapture``
+        and ``…EndCapture`` calls), so nothing runs on the GPU for it. The capture state of
+        each thread carries over updates."""
         out = np.zeros(len(a), bool)
-        if not len(a):
-            return out
-        ids, inv = np.unique(a.name_id, return_inverse=True)
-        mark = np.zeros(len(ids), np.int8)  # +1 begins a capture, −1 ends one
-        for i, nid in enumerate(ids.tolist()):
-            name = delta.strings[nid] if 0 <= nid < len(delta.strings) else ""
-            mark[i] = 1 if "BeginCapture" in name else (-1 if "EndCapture" in name else 0)
-        ev = mark[inv.reshape(-1)]
         if not bool(ev.any()) and not self._capturing:
             return out
         for tid in np.unique(a.tid).tolist():
