@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from attribution.engine.live import SETTLE_S, LiveEngine
-from attribution.engine.live_pending import DISTRUST_AFTER, PendingLaunches
+from attribution.engine.live_pending import DISTRUST_AFTER, EARLY_KEEP, PendingLaunches
 from attribution.model import ApiBatch, ApiKind, KernelBatch, StringTable, Trace
 from attribution.sim import SCENARIOS, simulate
 from attribution.sim.scenarios import KernelClass
@@ -80,16 +80,23 @@ def test_launches_during_a_stream_capture_are_not_waited_on() -> None:
 
 
 def test_an_item_ahead_of_its_launch_record_is_not_waited_on() -> None:
-    """An item that completes before its launch call returns can come one update ahead of
-    the call's record; two updates ahead it is not matched (and is given up on later)."""
+    """An item can come before its call's record (it ended before the call returned, or its
+    buffer came late): the call is matched when it comes, some updates later, as long as
+    fewer than ``EARLY_KEEP`` items with no call waiting came in between."""
     p = PendingLaunches(max_wait_s=10.0)
     p.update(Trace(kernels=_kernels([7])))
     p.update(Trace(apis=_apis([7], [500])))
     assert p.floor_ns(1_000) is None
     p.update(Trace(kernels=_kernels([8])))
     p.update(Trace())
+    p.update(Trace(kernels=_kernels([20, 21])))
     p.update(Trace(apis=_apis([8], [600])))
-    assert p.floor_ns(1_000) == 600
+    assert p.floor_ns(1_000) is None and p.matched.sum() == 2
+    # pushed out by EARLY_KEEP items no call waited on
+    p.update(Trace(kernels=_kernels([9])))
+    p.update(Trace(kernels=_kernels(list(range(100, 100 + EARLY_KEEP)))))
+    p.update(Trace(apis=_apis([9], [700])))
+    assert p.floor_ns(1_000) == 700
 
 
 def test_a_launch_pending_past_the_wait_is_given_up_and_counted() -> None:
@@ -195,3 +202,15 @@ def test_a_launch_without_a_record_holds_the_view_back_at_most_the_wait() -> Non
     # said while the call is inside the horizon, from when it was given up
     assert said and min(said) >= t_lost + WAIT_S * 1e9
     assert max(said) <= t_lost + (WAIT_S + 10.0 + 1.0) * 1e9
+
+
+@pytest.mark.parametrize("spread", [10, 10**12])
+def test_correlation_membership_is_isins(spread: int) -> None:
+    """The bitmap path (ids in a compact range) and the sorting path give ``np.isin``."""
+    from attribution.engine.live_pending import _member
+
+    rng = np.random.default_rng(spread % 97)
+    for _ in range(20):
+        a = rng.integers(1, 1 + spread * 50, int(rng.integers(0, 60))).astype(np.int64)
+        b = rng.integers(1, 1 + spread * 50, int(rng.integers(0, 60))).astype(np.int64)
+        np.testing.assert_array_equal(_member(a, b), np.isin(a, b))

@@ -14,9 +14,9 @@ not waited on. A launch pending longer than ``max_wait_ns`` is given up (a faile
 dropped record) and kept in ``given_up_ns``; the engine then
 settles past it as it did before, and the snapshot says so. A call name given up on more
 often than matched (``DISTRUST_AFTER``) is not waited on until its matches catch up.
-Correlations are matched within the update that brings the item and the one before it (an
-item completing before its launch call returns can arrive one update ahead of that call's
-record).
+An item that comes before its call's record (it ended before the call returned, or its
+buffer came late) is matched against the call when it comes, among the latest
+``EARLY_KEEP`` items that came with no call waiting.
 """
 
 from __future__ import annotations
@@ -30,16 +30,36 @@ from attribution.model import I64, ApiBatch, ApiKind, Trace
 
 ISSUING = (int(ApiKind.LAUNCH), int(ApiKind.MEMCPY), int(ApiKind.MEMSET))
 """The API kinds whose call puts an item on the GPU."""
+_ISSUING_LUT = np.isin(np.arange(256), ISSUING)
 MAX_WAIT_S = 60.0
 """A launch whose record has not come this long after the call is given up. Host code can
 queue work far ahead: with seconds-long kernels the simulator's launches run up to 21 s
 ahead of their items' ends, and a 10 s wait gave up on them (the sweep in
 docs/accuracy.md, "Items longer than the settling delay")."""
+EARLY_KEEP = 8192
+"""The latest items that came with no call waiting on them, kept to match a call whose
+record comes after its item's (a kernel that ends before its launch call returns, a buffer
+delivered late)."""
 DISTRUST_AFTER = 8
 """Calls of a name given up on this many times, and more often than matched, are not waited
 on (still tracked, so the name is waited on again once its matches catch up): a call the
 collector classes as a launch that never has a GPU record of its own would otherwise hold
 the view ``MAX_WAIT_S`` behind, again and again."""
+
+
+def _member(a: I64, b: I64) -> npt.NDArray[np.bool_]:
+    """``np.isin(a, b)`` for correlation ids: through a bitmap over their range where that is
+    compact (ids grow with every call, so one update's span little more than its records),
+    else by sorting."""
+    if not len(a) or not len(b):
+        return np.zeros(len(a), bool)
+    lo = min(int(a.min()), int(b.min()))
+    span = max(int(a.max()), int(b.max())) - lo + 1
+    if span > 8 * (len(a) + len(b)) + 4096:
+        return np.isin(a, b)
+    bits = np.zeros(span, bool)
+    bits[b - lo] = True
+    return bits[a - lo]
 
 
 def _items_correlation(delta: Trace) -> I64:
@@ -63,7 +83,7 @@ class PendingLaunches:
         """Per name key: calls whose item came."""
         self.given_up: I64 = np.zeros(0, np.int64)
         """Per name key: calls given up on."""
-        self._prev_items: I64 = np.empty(0, np.int64)
+        self._early: I64 = np.empty(0, np.int64)
         self.given_up_ns: I64 = np.empty(0, np.int64)
         """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
         self.given_up_key: I64 = np.empty(0, np.int64)
@@ -112,28 +132,37 @@ class PendingLaunches:
     def update(self, delta: Trace) -> None:
         """Take one update's API records and GPU items."""
         items = _items_correlation(delta)
+        taken: list[I64] = []  # the calls matched in this update
         if len(self.corr) and len(items):
-            came = np.isin(self.corr, items)
+            came = _member(self.corr, items)
             if bool(came.any()):
                 self.matched += np.bincount(self.key[came], minlength=len(self.matched))
+                taken.append(self.corr[came])
                 self._take(~came)
         a = delta.apis
         # (CUPTI writes 0 for both times of a call it could not time: no floor to hold)
-        new = np.isin(a.kind, ISSUING) & (a.correlation > 0) & (a.start_ns > 0)
+        new = _ISSUING_LUT[a.kind] & (a.correlation > 0) & (a.start_ns > 0)
         keys, marks = self._lookup(delta, a.name_id)
         new &= ~self._captured(a, marks)
         if bool(new.any()):
-            corr, start = a.correlation[new], a.start_ns[new]
+            corr, start = a.correlation[new].astype(np.int64, copy=False), a.start_ns[new]
             key = keys[new]
-            seen = np.concatenate([items, self._prev_items])
-            if len(seen):
-                came = np.isin(corr, seen)
+            came = _member(corr, items)
+            if len(self._early):  # (few, and far back: apart, not in the bitmap's range)
+                came |= np.isin(corr, self._early)
+            if bool(came.any()):
                 self.matched += np.bincount(key[came], minlength=len(self.matched))
+                taken.append(corr[came])
                 corr, start, key = corr[~came], start[~came], key[~came]
-            self.corr = np.concatenate([self.corr, corr.astype(np.int64, copy=False)])
+            self.corr = np.concatenate([self.corr, corr])
             self.start_ns = np.concatenate([self.start_ns, start.astype(np.int64, copy=False)])
             self.key = np.concatenate([self.key, key])
-        self._prev_items = items
+        # this update's items that no call matched: their call's record may still come
+        # (the latest EARLY_KEEP are kept)
+        if len(items):
+            done = np.concatenate(taken) if taken else np.empty(0, np.int64)
+            early = items[~_member(items, done)]
+            self._early = np.concatenate([self._early, early])[-EARLY_KEEP:]
 
     def _captured(self, a: ApiBatch, ev: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
         """Per API record of ``a`` (``ev``: its capture mark, :meth:`_lookup`): made on a
