@@ -32,6 +32,7 @@ from ppwtop.tui.feed import PowerTrace
 
 _ITEM_BATCHES = ("kernels", "copies", "memsets", "apis", "markers")
 _SAMPLE_BATCHES = ("power", "energy", "clocks")
+_GPU_ITEM_BATCHES = ("kernels", "copies", "memsets")
 GRAPH_S = 20.0  # power graph history
 HEAD_START_S = 2.0  # the replay starts this far into the run so the first tick has data
 DUTY_FACTOR = 3.0  # wall time between attributions >= 3 x the last attribution's cost
@@ -49,6 +50,18 @@ def _engine() -> tuple[Callable[..., Any], Callable[..., Snapshot]]:
     from attribution.sim import simulate
 
     return simulate, attribute
+
+
+def _clipped(b: Columns, i1: int, lo: int, hi: int) -> Any:
+    """Of ``b`` (sorted by start; ``i1``: the first starting at or after ``hi``) the items
+    that overlap ``(lo, hi)``, their start and end cut to ``[lo, hi]``."""
+    head: Any = b.take(slice(0, i1))
+    on = np.asarray(head.end_ns > lo, bool)
+    sl = head if bool(on.all()) else head.take(on)
+    s_ns, e_ns = sl.start_ns, sl.end_ns
+    if len(sl) and (int(s_ns.min()) < lo or int(e_ns.max()) > hi):
+        sl = dataclasses.replace(sl, start_ns=np.maximum(s_ns, lo), end_ns=np.minimum(e_ns, hi))
+    return sl
 
 
 class TraceFeed:
@@ -112,13 +125,19 @@ class TraceFeed:
 
     # ------------------------------------------------------------------ slicing
 
-    def window(self, end_ns: int, horizon_ns: int | None = None) -> Trace:
-        """The records that completed in ``[end_ns - horizon, end_ns]`` (sim time)."""
+    def window(self, end_ns: int, horizon_ns: int | None = None, *,
+               clip: bool = False) -> Trace:
+        """The records that completed in ``[end_ns - horizon, end_ns]`` (sim time); with
+        ``clip``, the GPU items that overlap it, cut to it (a tumbling window: an item
+        running across its edge counts in both windows, each its own part)."""
         lo = end_ns - (self.horizon_ns if horizon_ns is None else horizon_ns)
         parts: dict[str, Any] = {}
         for name in _ITEM_BATCHES:
             b = self._sorted[name]
             start: Any = getattr(b, "start_ns")  # noqa: B009
+            if clip and name in _GPU_ITEM_BATCHES:
+                parts[name] = _clipped(b, int(np.searchsorted(start, end_ns)), lo, end_ns)
+                continue
             i0, i1 = np.searchsorted(start, [lo, end_ns], side="left")
             sl = b.take(slice(int(i0), int(i1)))
             done = getattr(sl, "end_ns") <= end_ns  # noqa: B009
@@ -136,8 +155,8 @@ class TraceFeed:
         return self.window(end_ns, end_ns - start_ns + 1)
 
     def snapshot_at(self, end_ns: int, horizon_ns: int | None = None,
-                    n_boot: int | None = None) -> Snapshot | None:
-        tr = self.window(end_ns, horizon_ns)
+                    n_boot: int | None = None, *, clip: bool = False) -> Snapshot | None:
+        tr = self.window(end_ns, horizon_ns, clip=clip)
         if not len(tr.kernels) and not len(tr.copies):
             return None
         self.attributions += 1

@@ -236,6 +236,7 @@ class _BurstyFeed:
         self.latest_power_ns = 0
         self.connected = True
         self.keep_ns = 20 * S
+        self.launch_floor_ns: int | None = None
         self.asked: list[tuple[int, int]] = []
 
     def snapshot_between(self, start_ns: int, end_ns: int, n_boot: int) -> tuple[int, int]:
@@ -293,3 +294,56 @@ def test_no_live_window_closes_before_the_first_reading() -> None:
     no_sampler.latest_ns = 40 * S // 10
     start, end = win.next_window()
     assert start == end - no_sampler.keep_ns and end == no_sampler.latest_ns - int(SETTLE_S * S)
+
+
+def test_no_live_window_ends_past_a_launch_whose_item_has_not_come() -> None:
+    """A kernel still running when a window closes has not come yet (records come when an
+    item completes): the window ends no later than its launch call, so the item is cut
+    into this window and the next rather than missed by both."""
+    feed = _BurstyFeed()
+    win = LiveWindows(feed)
+    feed.first_power_ns = 10 * S
+    held, after = [], []
+    for t in range(11, 60):
+        feed.latest_ns = feed.latest_power_ns = t * S
+        feed.launch_floor_ns = 30 * S if 31 <= t < 45 else None  # a 14 s kernel from 30 s
+        got = win.next_window()
+        if got is not None:
+            (held if feed.launch_floor_ns is not None else after).append(got[1])
+    assert held and max(held) <= 30 * S  # held at the call while the kernel ran
+    assert after[-1] > 45 * S  # and moved on once it came
+    starts = [a for a, _ in feed.asked]
+    assert all(s1 == e0 for (_, e0), s1 in zip(feed.asked, starts[1:], strict=False))
+
+
+def test_tumbling_windows_count_items_running_across_their_edges() -> None:
+    """Tumbling windows took the records that started and ended inside them, so an item
+    running across an edge counted in neither (a 1–4 s kernel at most edges of 5 s windows).
+    Each window now takes its part of it: the windows' busy time per class adds up to the
+    run's."""
+    import dataclasses as dc
+
+    import numpy as np
+
+    from attribution.sim import SCENARIOS, simulate
+    from attribution.sim.scenarios import KernelClass
+    from ppwtop.demo_feed import TraceFeed
+
+    base = SCENARIOS["varied_mix"]
+    spec = dc.replace(base, classes=(*base.classes, KernelClass("long_k", 1.5e6, 0.4, 0.5)))
+    tr = simulate("varied_mix", "h100", 30.0, seed=3, spec=spec).trace
+    feed = TraceFeed(tr, label="t", gpu="h100", horizon_s=5.0, n_boot=5)
+    k = tr.kernels
+    edges = list(range(feed.start_ns, feed.end_ns, 5 * S)) + [feed.end_ns]
+    got: dict[str, float] = {}
+    for a, b in zip(edges, edges[1:], strict=False):
+        snap = feed.snapshot_at(b, b - a, 5, clip=True)
+        assert snap is not None
+        for r in snap.kernels:
+            got[r.name] = got.get(r.name, 0.0) + r.time_s
+    cut = sum(int(((k.start_ns < e) & (k.end_ns > e)).sum()) for e in edges[1:-1])
+    assert cut >= 2  # edges cut long kernels (the case)
+    names = {i: tr.strings[i] for i in np.unique(k.name_id).tolist()}
+    for i, name in names.items():
+        want = float((k.end_ns - k.start_ns)[k.name_id == i].sum()) * 1e-9
+        assert got[name] == pytest.approx(want, rel=1e-9, abs=1e-9), name

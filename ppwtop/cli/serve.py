@@ -62,7 +62,7 @@ class DemoWindows:
         t = self.feed.sim_now_ns()
         if t <= self._last_ns:
             return None
-        snap = self.feed.snapshot_at(t, t - self._last_ns, self.n_boot)
+        snap = self.feed.snapshot_at(t, t - self._last_ns, self.n_boot, clip=True)
         self._last_ns = t
         return snap
 
@@ -96,6 +96,9 @@ class LiveWindows:
             if not first_power:
                 return None  # no reading yet: nothing to attribute these records with
             end = min(end, self.feed.latest_power_ns)  # readings cover the window's end
+        if self.feed.connected:  # every item running across the end has come
+            floor = self.feed.launch_floor_ns
+            end = end if floor is None else min(end, floor)
         if self._last_ns == 0:  # the first window: everything the feed keeps
             self._last_ns = end - self.feed.keep_ns
             if first_power:

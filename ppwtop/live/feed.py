@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from attribution.engine.live_pending import PendingLaunches
 from attribution.model import PowerField, StringTable, Trace
 from attribution.snapshot import Snapshot
 from ppwtop.demo_feed import DUTY_FACTOR, GRAPH_S, TraceFeed
@@ -108,6 +109,7 @@ class LiveFeed:
         # (end, first end, piece): the newest and oldest record end or reading of each piece
         self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
+        self._launches = PendingLaunches()  # launches whose items have not come (serve)
         self._latest_power_ns = 0  # the newest power reading received (any device)
         self._first_power_ns = 0  # the oldest power reading received (any device)
         self._first_ns: int | None = None
@@ -141,6 +143,7 @@ class LiveFeed:
         with self._lock:
             self._pieces.append((end, _piece_first_end_ns(piece), piece))
             self._pending.append((end, piece))
+            self._launches.update(piece)
             self._latest_ns = max(self._latest_ns, end)
             if len(piece.power):
                 self._latest_power_ns = max(self._latest_power_ns, int(piece.power.t_ns.max()))
@@ -313,15 +316,24 @@ class LiveFeed:
 
     def snapshot_between(self, start_ns: int, end_ns: int, n_boot: int | None = None
                          ) -> Snapshot | None:
-        """The records that completed in ``[start_ns, end_ns]`` attributed alone (a tumbling
-        window for counters; ``end_ns`` should lag the latest record by the agent's flush
-        period so late buffers are not missed)."""
+        """The GPU items overlapping ``[start_ns, end_ns]``, cut to it, attributed alone (a
+        tumbling window for counters: an item running across an edge counts in both windows,
+        each its own part; ``end_ns`` should lag the latest record by the agent's flush
+        period so late buffers are not missed, and not pass :attr:`launch_floor_ns`)."""
         tr, _ = self.window()
         if end_ns <= start_ns:
             return None
         return TraceFeed(tr, label=self._label, gpu=self.gpu, n_boot=n_boot or self.n_boot,
                          horizon_s=(end_ns - start_ns) / 1e9).snapshot_at(
-                             end_ns, end_ns - start_ns, n_boot or self.n_boot)
+                             end_ns, end_ns - start_ns, n_boot or self.n_boot, clip=True)
+
+    @property
+    def launch_floor_ns(self) -> int | None:
+        """The call start of the earliest launch whose kernel, copy or memset has not come
+        (None: none): a tumbling window ending after it could miss an item still running
+        (``attribution.engine.live_pending``)."""
+        with self._lock:
+            return self._launches.floor_ns(self._latest_ns)
 
     @property
     def latest_ns(self) -> int:
