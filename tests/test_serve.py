@@ -3,6 +3,7 @@ over loopback of `serve --demo` and of `serve -- CMD` on the sim backend."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import socket
@@ -303,7 +304,8 @@ def test_no_live_window_ends_past_a_launch_whose_item_has_not_come() -> None:
     feed = _BurstyFeed()
     win = LiveWindows(feed)
     feed.first_power_ns = 10 * S
-    held, after = [], []
+    held: list[int] = []
+    after: list[int] = []
     for t in range(11, 60):
         feed.latest_ns = feed.latest_power_ns = t * S
         feed.launch_floor_ns = 30 * S if 31 <= t < 45 else None  # a 14 s kernel from 30 s
@@ -334,9 +336,9 @@ def test_tumbling_windows_count_items_running_across_their_edges() -> None:
     tr = simulate("varied_mix", "h100", 30.0, seed=3, spec=spec).trace
     feed = TraceFeed(tr, label="t", gpu="h100", horizon_s=5.0, n_boot=5)
     k = tr.kernels
-    edges = list(range(feed.start_ns, feed.end_ns, 5 * S)) + [feed.end_ns]
+    edges = [*range(feed.start_ns, feed.end_ns, 5 * S), feed.end_ns]
     got: dict[str, float] = {}
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in itertools.pairwise(edges):
         snap = feed.snapshot_at(b, b - a, 5, clip=True)
         assert snap is not None
         for r in snap.kernels:
