@@ -199,6 +199,7 @@ def test_a_launch_without_a_record_holds_the_view_back_at_most_the_wait() -> Non
     assert all(now in waited for now, b in behind if b > SETTLE_S + 1.2)
     after = [b for now, b in behind if now > t_lost + WAIT_S * 1e9 + 1e9]
     assert after and max(after) <= SETTLE_S + 1e-9  # given up: back to the settling delay
+    assert not any(now in waited for now, _ in behind if now > t_lost + WAIT_S * 1e9 + 1e9)
     # said while the call is inside the horizon, from when it was given up
     assert said and min(said) >= t_lost + WAIT_S * 1e9
     assert max(said) <= t_lost + (WAIT_S + 10.0 + 1.0) * 1e9

@@ -261,6 +261,7 @@ class LiveEngine:
         self.refits = 0
         # launches whose items have not come: time is settled no further than the earliest
         self.pending = PendingLaunches()
+        self.held_by_launch = False  # the last update settled short of now − settle for one
 
     # ------------------------------------------------------------------ input
 
@@ -304,6 +305,7 @@ class LiveEngine:
         assert self.done_ns is not None
         upto = now_ns - self.settle_ns
         floor = self.pending.floor_ns(now_ns)  # an item running longer than the delay
+        self.held_by_launch = floor is not None and floor < upto
         if floor is not None:
             upto = min(upto, floor)
         for st in self.dev.values():
@@ -624,7 +626,7 @@ class LiveEngine:
         snap = assemble(parts, win)
         lines = [untraced_warning(untraced)] if untraced else []
         wait_s = (self.now_ns - self.done_ns) * 1e-9
-        if wait_s - self.settle_ns * 1e-9 > WAIT_WARN_S:
+        if self.held_by_launch and wait_s - self.settle_ns * 1e-9 > WAIT_WARN_S:
             lines.append(waiting_warning(wait_s))
         lost = self.pending.given_up_since(win[0])
         if lost:
