@@ -1,6 +1,7 @@
-"""The live view's calls and bytes per class: the items that overlap the horizon, so a
-horizon whose start cuts a long kernel or copy counts it (before 2026-12-05 slabs counted an
-item where it started only, and such a row read ``calls = 0`` with busy time)."""
+"""The live view's rows: calls and bytes per class are the items that overlap the horizon,
+so a horizon whose start cuts a long kernel or copy counts it (before 2026-12-05 slabs
+counted an item where it started only, and such a row read ``calls = 0`` with busy time);
+a class flagged before its interval was drawn says that its interval is a placeholder."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from attribution.model import (
     StringTable,
     Trace,
 )
-from tests.test_live_engine import drive
+from attribution.sim import simulate
+from tests.test_live_engine import drive, ticks
 
 
 def _long_items(seed: int) -> Trace:
@@ -80,3 +82,24 @@ def test_a_horizon_counts_the_items_it_overlaps() -> None:
         assert live.copies[0].calls == int(c_in.sum())
         assert live.copies[0].bytes == int(c.bytes[c_in].sum())
     assert cut >= 3  # the horizons' starts cut items (the case this guards)
+
+
+def test_a_class_flagged_before_its_interval_is_drawn_says_so() -> None:
+    """Until the bootstrap pool holds enough replicates a class's interval is a placeholder
+    (0 to twice the estimate); a class flagged for another reason then said only that
+    reason, next to an interval no bootstrap drew."""
+    trace = simulate(scenario="varied_mix", gpu="h100", seconds=20.0, seed=3).trace
+    eng = LiveEngine(devices=trace.devices, horizon_s=10.0)
+    first = None
+    last = None
+    for now, delta in ticks(trace):
+        eng.update(delta, now)
+        snap = eng.snapshot()
+        if snap is not None:
+            first = first or snap
+            last = snap
+    assert first is not None and last is not None and first is not last
+    assert first.kernels and all(not k.resolvable for k in first.kernels)
+    assert all(k.why is not None and "not computed yet" in k.why for k in first.kernels)
+    assert any(k.why is not None and not k.why.startswith("new") for k in first.kernels)
+    assert not any(k.why is not None and "not computed yet" in k.why for k in last.kernels)

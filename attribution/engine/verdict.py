@@ -131,6 +131,10 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
                               short_run=short_run)
         else:
             r = True
+        if w and computed is not None and not bool(computed[c]) and not w.startswith("new"):
+            # flagged for another reason before its interval was drawn: the interval shown
+            # is the placeholder (0 to twice the estimate), not a bootstrap's
+            w += "; interval not computed yet"
         res.append(r)
         clu.append(cl)
         why.append(w)
