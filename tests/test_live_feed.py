@@ -306,3 +306,35 @@ def test_kernels_longer_than_the_settle_time_reach_the_live_view_whole() -> None
     assert row.calls == int(on.sum()) >= 5
     busy = np.minimum(k.end_ns[on], w1) - np.maximum(k.start_ns[on], w0)
     assert row.time_s == pytest.approx(float(busy.sum()) * 1e-9, rel=1e-9)
+
+
+def test_the_feeds_launch_floor_holds_at_every_kernel_still_running() -> None:
+    """``serve``'s windows end no later than ``LiveFeed.launch_floor_ns``: at every moment it
+    is at or before the launch call of each kernel that has not come yet, with each piece's
+    API records arriving a buffer after its items."""
+    from attribution.sim import SCENARIOS
+    from attribution.sim.scenarios import KernelClass
+
+    base = SCENARIOS["varied_mix"]
+    spec = dataclasses.replace(base, classes=(
+        *base.classes, KernelClass("long_running_kernel", 1.2e6, 0.3, 0.5)))
+    tr = simulate("varied_mix", "h100", seconds=20.0, seed=4, spec=spec).trace
+    feed = LiveFeed(tr.strings, label="target", gpu="h100", horizon_s=10.0, n_boot=20)
+    feed.devices = list(tr.devices)
+    assert feed.launch_floor_ns is None  # tracked from here on
+    api = {c: (a, b) for c, a, b in zip(tr.apis.correlation.tolist(), tr.apis.start_ns.tolist(),
+                                         tr.apis.end_ns.tolist(), strict=True)}
+    k = tr.kernels
+    held = 0
+    for piece in _slices(tr, 80):
+        feed.add(dataclasses.replace(piece, apis=type(piece.apis).empty()))
+        feed.add(Trace(strings=tr.strings, apis=piece.apis))
+        now = feed.latest_ns
+        floor = feed.launch_floor_ns
+        # kernels not come yet (ending after now) whose launch call's record has come
+        waiting = [api[c][0] for c in k.correlation[(k.end_ns > now)].tolist()
+                   if c in api and api[c][1] <= now]
+        if waiting:
+            assert floor is not None and floor <= min(waiting)
+            held += int(floor < now - 1_000_000_000)
+    assert held >= 3  # long kernels held it back

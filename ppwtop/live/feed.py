@@ -109,7 +109,11 @@ class LiveFeed:
         # (end, first end, piece): the newest and oldest record end or reading of each piece
         self._pieces: collections.deque[tuple[int, int, Trace]] = collections.deque()
         self._latest_ns = 0
-        self._launches = PendingLaunches()  # launches whose items have not come (serve)
+        # launches whose items have not come (serve's windows): tracked once asked for, from
+        # the pieces received since the last ask taken together (a piece's API records may
+        # come a buffer after its items; the engine's hand-overs take them together too)
+        self._launches: PendingLaunches | None = None
+        self._launch_pieces: list[Trace] = []
         self._latest_power_ns = 0  # the newest power reading received (any device)
         self._first_power_ns = 0  # the oldest power reading received (any device)
         self._first_ns: int | None = None
@@ -143,7 +147,8 @@ class LiveFeed:
         with self._lock:
             self._pieces.append((end, _piece_first_end_ns(piece), piece))
             self._pending.append((end, piece))
-            self._launches.update(piece)
+            if self._launches is not None:
+                self._launch_pieces.append(piece)
             self._latest_ns = max(self._latest_ns, end)
             if len(piece.power):
                 self._latest_power_ns = max(self._latest_power_ns, int(piece.power.t_ns.max()))
@@ -331,8 +336,13 @@ class LiveFeed:
     def launch_floor_ns(self) -> int | None:
         """The call start of the earliest launch whose kernel, copy or memset has not come
         (None: none): a tumbling window ending after it could miss an item still running
-        (``attribution.engine.live_pending``)."""
+        (``attribution.engine.live_pending``). Tracked from the first call on."""
         with self._lock:
+            if self._launches is None:
+                self._launches = PendingLaunches()
+            if self._launch_pieces:
+                self._launches.update(_concat(self._launch_pieces, self.strings, self.devices))
+                self._launch_pieces = []
             return self._launches.floor_ns(self._latest_ns)
 
     @property
