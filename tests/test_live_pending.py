@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from attribution.engine.live import SETTLE_S, LiveEngine
-from attribution.engine.live_pending import DISTRUST_AFTER, EARLY_KEEP, PendingLaunches
+from attribution.engine.live_pending import (
+    DISTRUST_AFTER,
+    EARLY_KEEP,
+    UNTRUSTED_SAMPLE,
+    PendingLaunches,
+)
 from attribution.model import ApiBatch, ApiKind, KernelBatch, StringTable, Trace
 from attribution.sim import SCENARIOS, simulate
 from attribution.sim.scenarios import KernelClass
@@ -129,6 +134,11 @@ def test_a_name_given_up_on_more_often_than_matched_is_not_waited_on() -> None:
     assert p.floor_ns(t + s // 2) is None
     lost = dict(p.given_up_since(0))
     assert lost == {"cuLaunchKernel": DISTRUST_AFTER}
+    # while not waited on, its calls are tracked one in UNTRUSTED_SAMPLE
+    p.update(Trace(strings=names, apis=_apis(list(range(1000, 1000 + 4 * UNTRUSTED_SAMPLE)),
+                                             [t + 10] * (4 * UNTRUSTED_SAMPLE),
+                                             names=[1] * (4 * UNTRUSTED_SAMPLE))))
+    assert len(p) == 4
     # its calls come with records again: matched catches up and it is waited on again
     for i in range(DISTRUST_AFTER):
         c = 200 + i

@@ -11,9 +11,10 @@ record: :meth:`PendingLaunches.floor_ns` is that time, and the engine settles no
 
 Launch calls made while their thread captures a stream into a CUDA graph run nothing and are
 not waited on. A launch pending longer than ``max_wait_ns`` is given up (a failed launch, a
-dropped record) and kept in ``given_up_ns``; the engine then
-settles past it as it did before, and the snapshot says so. A call name given up on more
-often than matched (``DISTRUST_AFTER``) is not waited on until its matches catch up.
+dropped record) and kept in ``given_up_ns``; the engine then settles past it as it did
+before, and the snapshot says so. A call name given up on more often than matched
+(``DISTRUST_AFTER``) is not waited on until its matches catch up (its calls tracked one in
+``UNTRUSTED_SAMPLE``).
 An item that comes before its call's record (it ended before the call returned, or its
 buffer came late) is matched against the call when it comes, among the latest
 ``EARLY_KEEP`` items that came with no call waiting.
@@ -45,6 +46,8 @@ DISTRUST_AFTER = 8
 on (still tracked, so the name is waited on again once its matches catch up): a call the
 collector classes as a launch that never has a GPU record of its own would otherwise hold
 the view ``MAX_WAIT_S`` behind, again and again."""
+UNTRUSTED_SAMPLE = 64
+"""The calls of a name not waited on are tracked one in this many (by correlation id)."""
 
 
 def _member(a: I64, b: I64) -> npt.NDArray[np.bool_]:
@@ -154,6 +157,11 @@ class PendingLaunches:
                 self.matched += np.bincount(key[came], minlength=len(self.matched))
                 taken.append(corr[came])
                 corr, start, key = corr[~came], start[~came], key[~came]
+            # a name not waited on is tracked on one call in UNTRUSTED_SAMPLE (its matches can
+            # catch up) so that a name that never matches does not fill the columns
+            out = ~self.trusted()[key] & (corr % UNTRUSTED_SAMPLE != 0)
+            if bool(out.any()):
+                corr, start, key = corr[~out], start[~out], key[~out]
             self.corr = np.concatenate([self.corr, corr])
             self.start_ns = np.concatenate([self.start_ns, start.astype(np.int64, copy=False)])
             self.key = np.concatenate([self.key, key])
