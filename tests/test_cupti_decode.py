@@ -459,13 +459,3 @@ def test_field_that_looks_like_a_kind_falls_back_to_a_walk() -> None:
     assert col.names.walks == walks + 1 and col.stats.callback_errors == 0
     assert all(not b.names for b in got)  # the walk found no new real pointers
 
-
-def test_host_function_launches_are_not_gpu_launches() -> None:
-    """``cudaLaunchHostFunc`` runs a host callback and no kernel record follows it: classed
-    as a launch, the live engine would wait on its record (``live_pending``)."""
-    names = set(cl.RUNTIME_CBID_NAMES.values()) | set(cl.DRIVER_CBID_NAMES.values())
-    host = sorted(n for n in names if "hostfunc" in n.lower())
-    assert host  # the cbid tables name them
-    assert {cl.classify_api(n) for n in host} == {ApiKind.OTHER}
-    assert cl.classify_api("cudaLaunchKernel") == ApiKind.LAUNCH
-    assert cl.classify_api("cuLaunchKernel") == ApiKind.LAUNCH

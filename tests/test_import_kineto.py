@@ -22,7 +22,7 @@ from attribution.model import ApiKind, CopyKind, MarkerKind, MemKind
 from ppwtop.errors import InputError
 from ppwtop.importers import load_trace
 from ppwtop.importers.kineto import NO_GPU_NOTE, load_kineto
-from ppwtop.importers.kineto_columns import api_kind_of, copy_kind_of, memset_mem_of
+from ppwtop.importers.kineto_columns import copy_kind_of, memset_mem_of
 
 DATA = Path(__file__).parent / "data"
 ALEXNET = (DATA / "hta/tests/data/critical_path/alexnet/"
@@ -291,15 +291,6 @@ def test_name_classifiers() -> None:
         CopyKind.OTHER, MemKind.DEVICE, MemKind.ARRAY)
     assert memset_mem_of("Memset (Managed)") == MemKind.MANAGED
     assert memset_mem_of("Memset") == MemKind.UNKNOWN
-    for name, kind in [
-        ("cudaLaunchKernel", ApiKind.LAUNCH), ("cuLaunchKernel", ApiKind.LAUNCH),
-        ("cudaLaunchKernelExC_v11060", ApiKind.LAUNCH), ("cudaGraphLaunch", ApiKind.LAUNCH),
-        ("cudaStreamSynchronize", ApiKind.SYNC), ("cudaEventSynchronize", ApiKind.SYNC),
-        ("cudaStreamWaitEvent", ApiKind.SYNC), ("cudaMemcpyAsync", ApiKind.MEMCPY),
-        ("cudaMemsetAsync", ApiKind.MEMSET), ("cudaMalloc", ApiKind.ALLOC),
-        ("cudaFreeHost", ApiKind.ALLOC), ("cudaGetDevice", ApiKind.OTHER),
-    ]:
-        assert api_kind_of(name) == kind, name
 
 
 # --------------------------------------------------------------------------------------------

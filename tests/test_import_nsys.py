@@ -11,7 +11,7 @@ import pytest
 from attribution.model import ApiKind, CopyKind, MarkerKind, MemKind, Trace
 from ppwtop.errors import InputError
 from ppwtop.importers import load_trace, sniff
-from ppwtop.importers.nsys import api_kind_of, load_nsys
+from ppwtop.importers.nsys import load_nsys
 
 DATA = Path(__file__).parent / "data" / "pipit_nsys" / "pipit" / "tests" / "data"
 CLOVER = DATA / "cloverleaf-nsys" / "perlmutter-cloverleaf-cuda.sqlite"
@@ -202,12 +202,3 @@ def test_a_cell_that_is_no_integer_names_table_and_column(tmp_path: Path, sql: s
         load_nsys(p)
 
 
-@pytest.mark.parametrize(("name", "kind"), [
-    ("cudaLaunchKernel_v7000", ApiKind.LAUNCH), ("cuLaunchKernel", ApiKind.LAUNCH),
-    ("cudaDeviceSynchronize_v3020", ApiKind.SYNC), ("cudaStreamWaitEvent", ApiKind.SYNC),
-    ("cudaEventSynchronize", ApiKind.SYNC), ("cudaMemcpyAsync", ApiKind.MEMCPY),
-    ("cudaMemsetAsync", ApiKind.MEMSET), ("cudaMallocHost", ApiKind.ALLOC),
-    ("cudaFree_v3020", ApiKind.ALLOC), ("cudaHostRegister_v4000", ApiKind.OTHER),
-])
-def test_api_kind_of(name: str, kind: ApiKind) -> None:
-    assert api_kind_of(name) == kind

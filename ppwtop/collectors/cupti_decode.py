@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from cupti import cupti
 
+from attribution.api_kinds import api_kind_of
 from attribution.model import (
     ApiBatch,
     ApiKind,
@@ -41,7 +42,6 @@ from ppwtop.collectors.cupti_layout import (
     RUNTIME_CBID_NAMES,
     Layout,
     NameResolver,
-    classify_api,
     gather,
     walk,
 )
@@ -253,7 +253,7 @@ class Decoder:
         for i, cbid in enumerate(u.tolist()):  # one step per distinct call id
             name = names.get(cbid, f"cbid_{cbid}")
             ids[i] = self.strings.intern(name)
-            kinds[i] = classify_api(name)
+            kinds[i] = api_kind_of(name)
         inv = inv.reshape(-1)
         return ApiBatch.from_columns({
             "start_ns": r["start"].astype(np.int64), "end_ns": r["end"].astype(np.int64),

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from cupti import cupti
 
-from attribution.model import ApiKind, CopyKind, MemKind
+from attribution.model import CopyKind, MemKind
 
 AK = cupti.ActivityKind
 
@@ -149,26 +149,6 @@ _SUFFIX = re.compile(r"_v\d+$")
 def api_name(cbid_name: str) -> str:
     """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (``_ptsz``/``_ptds`` are kept)."""
     return _SUFFIX.sub("", cbid_name)
-
-
-def classify_api(name: str) -> ApiKind:
-    """What a runtime/driver call does, from its name."""
-    n = name.lower()
-    if "graph" in n and "launch" not in n:
-        return ApiKind.OTHER  # graph construction calls (cudaGraphAddMemcpyNode ...)
-    if "hostfunc" in n:
-        return ApiKind.OTHER  # cudaLaunchHostFunc: runs on the host, no GPU record follows
-    if "launch" in n:
-        return ApiKind.LAUNCH
-    if "synchronize" in n:
-        return ApiKind.SYNC
-    if "memcpy" in n:
-        return ApiKind.MEMCPY
-    if "memset" in n:
-        return ApiKind.MEMSET
-    if "malloc" in n or "free" in n or "memalloc" in n or "memfree" in n:
-        return ApiKind.ALLOC
-    return ApiKind.OTHER
 
 
 def _cbid_names(enum_cls: Any) -> dict[int, str]:

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from attribution.api_kinds import api_kind_of
 from attribution.columns import UNKNOWN
 from attribution.model import (
     ApiBatch,
-    ApiKind,
     CopyBatch,
     CopyKind,
     KernelBatch,
@@ -426,31 +426,6 @@ def memsets(ev: list[Event], strings: StringTable, base_ns: int) -> MemsetBatch:
         "mem": np.asarray(_lookup(names, memset_mem_of), dtype=np.uint8),
         "bytes": _ints(m, 5),
     }).sorted_by()
-
-
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch",
-           "cuGraphLaunch", "cudaLaunchCooperativeKernel", "cuLaunchKernelEx",
-           "cuLaunchCooperativeKernel")
-_SYNC = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-         "cudaStreamWaitEvent", "cuCtxSynchronize", "cuStreamSynchronize",
-         "cuEventSynchronize", "cuStreamWaitEvent")
-
-
-def api_kind_of(name: str) -> ApiKind:
-    """Classify a CUDA runtime/driver call by name (a ``_v2``-style suffix is ignored)."""
-    n = _VERSION_SUFFIX.sub("", name)
-    if n in _LAUNCH or n.startswith(("cudaLaunch", "cuLaunch")):
-        return ApiKind.LAUNCH
-    if n in _SYNC:
-        return ApiKind.SYNC
-    if n.startswith(("cudaMemcpy", "cuMemcpy")):
-        return ApiKind.MEMCPY
-    if n.startswith(("cudaMemset", "cuMemset")):
-        return ApiKind.MEMSET
-    if n.startswith(("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree")):
-        return ApiKind.ALLOC
-    return ApiKind.OTHER
 
 
 def apis(ev: list[Event], strings: StringTable, base_ns: int) -> ApiBatch:

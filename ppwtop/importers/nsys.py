@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from attribution.api_kinds import api_kind_of
 from attribution.model import (
     ApiBatch,
-    ApiKind,
     CopyBatch,
     CopyKind,
     DeviceInfo,
@@ -76,23 +76,6 @@ _BACKTRACE_CLASSES = (67, 68)
 _NVTX_NON_RANGE = (33, 34, 39, 75, 76)
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
-_SYNC_NAMES = ("Synchronize", "cudaStreamWaitEvent", "cuStreamWaitEvent")
-
-
-def api_kind_of(name: str) -> ApiKind:
-    """Classify a CUDA runtime/driver call by its name (version suffix ignored)."""
-    n = _VERSION_SUFFIX.sub("", name)
-    if "Launch" in n and n.startswith(("cuda", "cu")):
-        return ApiKind.LAUNCH
-    if any(s in n for s in _SYNC_NAMES):
-        return ApiKind.SYNC
-    if n.startswith(("cudaMemcpy", "cuMemcpy")):
-        return ApiKind.MEMCPY
-    if n.startswith(("cudaMemset", "cuMemset", "cuMemsetD")):
-        return ApiKind.MEMSET
-    if n.startswith(("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree")):
-        return ApiKind.ALLOC
-    return ApiKind.OTHER
 
 
 def load_nsys(path: str | Path) -> Trace:
