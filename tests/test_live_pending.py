@@ -49,6 +49,10 @@ def test_the_floor_is_the_earliest_launch_still_pending() -> None:
     assert p.floor_ns(1_000) == 100
     p.update(Trace(kernels=_kernels([1])))
     assert p.floor_ns(1_000) == 200
+    # a call with no name (id −1) in a trace with no names is still waited on
+    q = PendingLaunches()
+    q.update(Trace(apis=_apis([5], [50], names=[-1])))
+    assert q.floor_ns(1_000) == 50
     # a call CUPTI could not time (start and end 0) is not waited on either
     p.update(Trace(apis=_apis([9], [0])))
     assert p.floor_ns(1_000) == 200 and len(p) == 2
@@ -82,6 +86,36 @@ def test_launches_during_a_stream_capture_are_not_waited_on() -> None:
     assert len(p) == 2 and p.floor_ns(1_000) == 250
     p.update(Trace(kernels=_kernels([4])))
     assert p.floor_ns(1_000) == 600
+
+
+def test_capture_marks_match_a_call_by_call_walk() -> None:
+    """The vectorised capture state equals walking each thread's calls in time order, with
+    the state carried across updates (random threads, marks, and cuts into updates)."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        n = int(rng.integers(1, 80))
+        tid = rng.integers(0, 4, n).astype(np.int64)
+        start = rng.permutation(n).astype(np.int64) * 10 + 1
+        ev = rng.choice(np.array([0, 0, 0, 0, 1, -1], np.int8), n)
+        cuts = np.sort(rng.choice(np.arange(1, n + 1), int(rng.integers(1, 4))))
+        p = PendingLaunches()
+        got = np.zeros(n, bool)
+        by_time = np.argsort(start)
+        lo = 0
+        for hi in cuts.tolist():  # updates take the calls in time order, in pieces
+            sel = by_time[lo:hi]
+            a = dataclasses.replace(_apis(list(range(1, len(sel) + 1)), start[sel].tolist()),
+                                    tid=tid[sel])
+            got[sel] = p._captured(a, ev[sel])
+            lo = hi
+        want = np.zeros(n, bool)
+        state: dict[int, bool] = {}
+        for j in by_time[:lo].tolist():
+            if ev[j]:
+                state[int(tid[j])] = bool(ev[j] > 0)
+            else:
+                want[j] = state.get(int(tid[j]), False)
+        np.testing.assert_array_equal(got[by_time[:lo]], want[by_time[:lo]])
 
 
 def test_an_item_ahead_of_its_launch_record_is_not_waited_on() -> None:

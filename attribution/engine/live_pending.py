@@ -90,7 +90,7 @@ class PendingLaunches:
         self.given_up_ns: I64 = np.empty(0, np.int64)
         """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
         self.given_up_key: I64 = np.empty(0, np.int64)
-        self._capturing: dict[int, bool] = {}  # threads inside a stream capture
+        self._capturing: set[int] = set()  # threads inside a stream capture
         self._table: object = None  # the string table the name-id arrays are of
         self._key_by_id: I64 = np.empty(0, np.int64)
         self._mark_by_id: npt.NDArray[np.int8] = np.empty(0, np.int8)
@@ -109,7 +109,7 @@ class PendingLaunches:
             self._mark_by_id = np.empty(0, np.int8)
         if not len(name_id):
             return np.empty(0, np.int64), np.empty(0, np.int8)
-        top = int(name_id.max()) + 1
+        top = max(int(name_id.max()) + 1, 1)  # (a call with no name, id −1: slot 0)
         if top > len(self._key_by_id):
             old = len(self._key_by_id)
             self._key_by_id = np.pad(self._key_by_id, (0, top - old), constant_values=-1)
@@ -126,7 +126,7 @@ class PendingLaunches:
             n = len(self.names)
             self.matched = np.pad(self.matched, (0, n - len(self.matched)))
             self.given_up = np.pad(self.given_up, (0, n - len(self.given_up)))
-        ids = np.maximum(name_id, 0)  # (a negative id, no name: the first name's slot)
+        ids = np.maximum(name_id, 0)
         return self._key_by_id[ids], self._mark_by_id[ids]
 
     def _take(self, keep: npt.NDArray[np.bool_]) -> None:
@@ -178,23 +178,23 @@ class PendingLaunches:
         and ``…EndCapture`` calls), so nothing runs on the GPU for it. The capture state of
         each thread carries over updates."""
         out = np.zeros(len(a), bool)
-        if not bool(ev.any()) and not self._capturing:
+        if not len(a) or (not bool(ev.any()) and not self._capturing):
             return out
-        for tid in np.unique(a.tid).tolist():
-            on = np.flatnonzero(a.tid == tid)
-            on = on[np.argsort(a.start_ns[on], kind="stable")]
-            open_ = self._capturing.get(int(tid), False)
-            for j in on.tolist():  # one thread's calls in order (few: capture is rare)
-                if ev[j] > 0:
-                    open_ = True
-                elif ev[j] < 0:
-                    open_ = False
-                else:
-                    out[j] = open_
-            if open_:
-                self._capturing[int(tid)] = True
+        order = np.lexsort((a.start_ns, a.tid))  # each thread's calls in time order
+        tid, mark = a.tid[order], ev[order]
+        i = np.arange(len(order))
+        first = np.maximum.accumulate(np.where(np.r_[True, tid[1:] != tid[:-1]], i, 0))
+        last_mark = np.maximum.accumulate(np.where(mark != 0, i, -1))  # at or before i
+        seen = last_mark >= first  # a begin or end earlier in the same thread's calls
+        before = np.isin(tid, np.fromiter(self._capturing, np.int64, len(self._capturing)))
+        open_ = np.where(seen, mark[np.maximum(last_mark, 0)] > 0, before)
+        out[order] = open_ & (mark == 0)
+        ends = np.r_[np.flatnonzero(tid[1:] != tid[:-1]), len(order) - 1]
+        for t, still in zip(tid[ends].tolist(), open_[ends].tolist(), strict=True):
+            if still:  # (one step per thread of the update)
+                self._capturing.add(int(t))
             else:
-                self._capturing.pop(int(tid), None)
+                self._capturing.discard(int(t))
         return out
 
     def trusted(self) -> npt.NDArray[np.bool_]:
