@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from attribution.columns import Columns
-from attribution.engine.deltas import Deltas
+from attribution.engine.deltas import GPU_ITEMS, Deltas
 from attribution.model import Trace
 from attribution.snapshot import Snapshot
 from ppwtop.errors import PpwtopError
@@ -32,7 +32,6 @@ from ppwtop.tui.feed import PowerTrace
 
 _ITEM_BATCHES = ("kernels", "copies", "memsets", "apis", "markers")
 _SAMPLE_BATCHES = ("power", "energy", "clocks")
-_GPU_ITEM_BATCHES = ("kernels", "copies", "memsets")
 GRAPH_S = 20.0  # power graph history
 HEAD_START_S = 2.0  # the replay starts this far into the run so the first tick has data
 DUTY_FACTOR = 3.0  # wall time between attributions >= 3 x the last attribution's cost
@@ -135,7 +134,7 @@ class TraceFeed:
         for name in _ITEM_BATCHES:
             b = self._sorted[name]
             start: Any = getattr(b, "start_ns")  # noqa: B009
-            if clip and name in _GPU_ITEM_BATCHES:
+            if clip and name in GPU_ITEMS:
                 parts[name] = _clipped(b, int(np.searchsorted(start, end_ns)), lo, end_ns)
                 continue
             i0, i1 = np.searchsorted(start, [lo, end_ns], side="left")

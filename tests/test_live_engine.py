@@ -836,7 +836,8 @@ def test_a_consumer_boards_refit_redoes_every_row_its_span_covers() -> None:
     values of earlier fits on a few seconds of data (varied_mix on rtx4090, seed 4: the live
     split 7.4 % from the truth against the batch engine's 1.1 %).  Checked on each tick a
     refit lands: every row the span covers equals a fresh reduction at the device's values."""
-    from attribution.engine.live_reduce import GPU_ITEMS, busy_from, row_reach_ns
+    from attribution.engine.deltas import GPU_ITEMS
+    from attribution.engine.live_reduce import busy_from, row_reach_ns
 
     sim = simulate(scenario="varied_mix", gpu="rtx4090", seconds=70.0, seed=4)
     eng = LiveEngine(devices=sim.trace.devices, horizon_s=60.0, redo_rows_per_tick=math.inf)

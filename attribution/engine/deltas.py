@@ -14,7 +14,9 @@ import numpy as np
 
 from attribution.model import Trace
 
-ITEMS = ("kernels", "copies", "memsets", "apis", "markers")
+GPU_ITEMS = ("kernels", "copies", "memsets")
+"""The batches of work on a GPU (what a launch call puts there)."""
+ITEMS = (*GPU_ITEMS, "apis", "markers")
 SAMPLES = ("power", "energy", "clocks")
 
 

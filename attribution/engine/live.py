@@ -46,6 +46,7 @@ from attribution.engine.aliasing import phase_locked, random_sums, spread_ratio_
 from attribution.engine.blind import blind_to_work
 from attribution.engine.build import _fit_window, readings_block, untraced_warning
 from attribution.engine.clamp import MAX_GAP_NS
+from attribution.engine.deltas import GPU_ITEMS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_boost import Boost, ResponseSearch, row_columns
 from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, unit_ids
@@ -57,7 +58,6 @@ from attribution.engine.live_pending import (
 )
 from attribution.engine.live_redo import LagParams, Redo, redo_finish, redo_rows
 from attribution.engine.live_reduce import (
-    GPU_ITEMS,
     LOOKAHEAD_NS,
     LOOKBACK_NS,
     ChunkBuffer,

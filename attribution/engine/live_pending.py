@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from attribution.engine.deltas import GPU_ITEMS
 from attribution.model import I64, ApiBatch, ApiKind, Trace
 
 ISSUING = (int(ApiKind.LAUNCH), int(ApiKind.MEMCPY), int(ApiKind.MEMSET))
@@ -66,8 +67,8 @@ def _member(a: I64, b: I64) -> npt.NDArray[np.bool_]:
 
 
 def _items_correlation(delta: Trace) -> I64:
-    return np.concatenate([delta.kernels.correlation, delta.copies.correlation,
-                           delta.memsets.correlation]).astype(np.int64, copy=False)
+    return np.concatenate([getattr(delta, f).correlation for f in GPU_ITEMS]).astype(
+        np.int64, copy=False)
 
 
 class PendingLaunches:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attribution.engine.activity import items_for_device
+from attribution.engine.deltas import GPU_ITEMS
 from attribution.engine.live_boost import Boost, row_columns
 from attribution.engine.live_reduce import (
-    GPU_ITEMS,
     LOOKBACK_NS,
     ChunkBuffer,
     QueryBusy,

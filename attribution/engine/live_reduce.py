@@ -35,7 +35,7 @@ import numpy.typing as npt
 from attribution.columns import Columns
 from attribution.engine.activity import COPY, MEMSET, Items, idle_share_s
 from attribution.engine.aliasing import RANDOM_WINDOWS
-from attribution.engine.deltas import ITEMS
+from attribution.engine.deltas import GPU_ITEMS, ITEMS
 from attribution.engine.lag_refine import LAG_SLACK_MS
 from attribution.engine.live_ring import N_CAUSES, Slab
 from attribution.engine.timebase import TAU_GRID_MS, TAU_POINTS
@@ -56,8 +56,6 @@ tick +9 % (p50 5.1 → 5.6 ms, median per-tick ratio 1.09, lockstep A/B); 20 a s
 RANDOM_SEED = 7
 """The random windows' seed (with the slab's offset from the engine's start, so a slab gets
 the same windows on the same data, wherever the timeline sits)."""
-_GPU = ("kernels", "copies", "memsets")
-GPU_ITEMS = _GPU
 """The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
@@ -177,7 +175,7 @@ class ChunkBuffer:
                 self._meta = np.empty((2 * len(self._meta), self._meta.shape[1]), np.int64)
             self._meta[:len(live)] = live.copy()
             self._c0, self._c1 = 0, len(live)
-        self._meta[self._c1] = (end_ns, _first_start_ns(items, _GPU),
+        self._meta[self._c1] = (end_ns, _first_start_ns(items, GPU_ITEMS),
                                 _first_start_ns(items, ("apis", "markers")),
                                 *(rows.end for rows in self._rows.values()))
         self._c1 += 1
