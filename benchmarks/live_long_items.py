@@ -16,7 +16,6 @@ Run: ``python benchmarks/live_long_items.py [--long-ms 1200] [--gpus h100,a100] 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 from typing import Any
@@ -26,9 +25,8 @@ import numpy as np
 from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.sim import SCENARIOS, simulate
-from attribution.sim.scenarios import KernelClass
-
-LONG = "long_running_kernel"
+from attribution.sim.scenarios import LONG_KERNEL as LONG
+from attribution.sim.scenarios import with_long_kernels
 
 
 def true_dynamic_in(res: Any, win: tuple[int, int]) -> tuple[dict[str, float], int, float]:
@@ -86,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--horizon", type=float, default=30.0)
     a = ap.parse_args(argv)
-    base = SCENARIOS["varied_mix"]
-    spec = dataclasses.replace(base, classes=(*base.classes,
-                                              KernelClass(LONG, a.long_ms * 1e3, 0.3, 0.5)))
+    spec = with_long_kernels(SCENARIOS["varied_mix"], a.long_ms)
     errs: dict[bool, list[float]] = {False: [], True: []}
     for gpu in a.gpus.split(","):
         for seed in (int(s) for s in a.seeds.split(",")):

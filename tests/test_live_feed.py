@@ -10,7 +10,8 @@ import pytest
 
 from attribution.engine.deltas import Deltas
 from attribution.model import Trace
-from attribution.sim import simulate
+from attribution.sim import SCENARIOS, simulate
+from attribution.sim.scenarios import LONG_KERNEL, with_long_kernels
 from ppwtop.demo_feed import TraceFeed
 from ppwtop.live.feed import LiveFeed
 
@@ -280,12 +281,7 @@ def test_kernels_longer_than_the_settle_time_reach_the_live_view_whole() -> None
     kernels have not come, so the live view counts every kernel overlapping its window with
     its whole busy time there (before, a kernel running past the 0.5 s settling delay lost
     its call and its time before its record came)."""
-    from attribution.sim import SCENARIOS
-    from attribution.sim.scenarios import KernelClass
-
-    base = SCENARIOS["varied_mix"]
-    spec = dataclasses.replace(base, classes=(
-        *base.classes, KernelClass("long_running_kernel", 1.2e6, 0.3, 0.5)))
+    spec = with_long_kernels(SCENARIOS["varied_mix"])
     tr = simulate("varied_mix", "h100", seconds=30.0, seed=2, spec=spec).trace
     feed = LiveFeed(tr.strings, label="target", gpu="h100", horizon_s=12.0, n_boot=20)
     feed.devices = list(tr.devices)
@@ -300,9 +296,9 @@ def test_kernels_longer_than_the_settle_time_reach_the_live_view_whole() -> None
     assert last is not None
     w0, w1 = last.window.start_ns, last.window.end_ns
     k = tr.kernels
-    lid = next(i for i in range(len(tr.strings)) if tr.strings[i] == "long_running_kernel")
+    lid = next(i for i in range(len(tr.strings)) if tr.strings[i] == LONG_KERNEL)
     on = (k.name_id == lid) & (k.start_ns < w1) & (k.end_ns > w0)
-    row = next(r for r in last.kernels if r.name == "long_running_kernel")
+    row = next(r for r in last.kernels if r.name == LONG_KERNEL)
     assert row.calls == int(on.sum()) >= 5
     busy = np.minimum(k.end_ns[on], w1) - np.maximum(k.start_ns[on], w0)
     assert row.time_s == pytest.approx(float(busy.sum()) * 1e-9, rel=1e-9)
@@ -312,12 +308,7 @@ def test_the_feeds_launch_floor_holds_at_every_kernel_still_running() -> None:
     """``serve``'s windows end no later than ``LiveFeed.launch_floor_ns``: at every moment it
     is at or before the launch call of each kernel that has not come yet, with each piece's
     API records arriving a buffer after its items."""
-    from attribution.sim import SCENARIOS
-    from attribution.sim.scenarios import KernelClass
-
-    base = SCENARIOS["varied_mix"]
-    spec = dataclasses.replace(base, classes=(
-        *base.classes, KernelClass("long_running_kernel", 1.2e6, 0.3, 0.5)))
+    spec = with_long_kernels(SCENARIOS["varied_mix"])
     tr = simulate("varied_mix", "h100", seconds=20.0, seed=4, spec=spec).trace
     feed = LiveFeed(tr.strings, label="target", gpu="h100", horizon_s=10.0, n_boot=20)
     feed.devices = list(tr.devices)

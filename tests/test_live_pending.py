@@ -19,7 +19,7 @@ from attribution.engine.live_pending import (
 )
 from attribution.model import ApiBatch, ApiKind, KernelBatch, StringTable, Trace
 from attribution.sim import SCENARIOS, simulate
-from attribution.sim.scenarios import KernelClass
+from attribution.sim.scenarios import LONG_KERNEL, with_long_kernels
 from tests.test_live_engine import drive, ticks
 
 
@@ -181,20 +181,14 @@ def test_a_name_given_up_on_more_often_than_matched_is_not_waited_on() -> None:
     assert list(p.trusted()) == [True, True]
 
 
-def _long_spec() -> tuple[str, object]:
-    base = SCENARIOS["varied_mix"]
-    long = KernelClass("long_running_kernel", 1.2e6, 0.3, 0.5)
-    return long.name, dataclasses.replace(base, classes=(*base.classes, long))
-
-
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
 def test_kernels_longer_than_the_settling_delay_are_attributed_whole(gpu: str) -> None:
     """varied_mix with a class of ~1.2 s kernels, 40 s, 25 s horizon. Settling at a fixed
     0.5 s behind now (before 2026-12-05), each such kernel's time before its record came
     was lost and the readings taken while it ran were fitted as an idle GPU: P_idle 3–5×
     the truth, the class 99 % low (benchmarks/live_long_items.py)."""
-    name, spec = _long_spec()
-    res = simulate(scenario="varied_mix", gpu=gpu, seconds=40.0, seed=2, spec=spec)  # type: ignore[arg-type]
+    name, spec = LONG_KERNEL, with_long_kernels(SCENARIOS["varied_mix"])
+    res = simulate(scenario="varied_mix", gpu=gpu, seconds=40.0, seed=2, spec=spec)
     tr = res.trace
     live = drive(tr, LiveEngine(devices=tr.devices, horizon_s=25.0))
     assert live is not None

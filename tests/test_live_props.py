@@ -11,7 +11,6 @@ intervals are not compared (each update draws bootstrap replicates)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from attribution.engine.deltas import Deltas
 from attribution.engine.live import LiveEngine
 from attribution.model import Trace
 from attribution.sim import SCENARIOS, simulate
-from attribution.sim.scenarios import KernelClass
+from attribution.sim.scenarios import LONG_KERNEL, with_long_kernels
 from attribution.snapshot import Snapshot
 
 _SETTINGS: dict[str, Any] = {"deadline": None, "derandomize": True, "max_examples": 8,
@@ -38,9 +37,7 @@ def _sim(scenario: str, gpu: str, seed: int) -> Trace:
     if key not in _CACHE:
         spec = None
         if scenario == "long_kernels":
-            base = SCENARIOS["varied_mix"]
-            spec = dataclasses.replace(base, classes=(
-                *base.classes, KernelClass("long_running_kernel", 1.2e6, 0.3, 0.5)))
+            spec = with_long_kernels(SCENARIOS["varied_mix"])
         _CACHE[key] = simulate("varied_mix" if spec else scenario, gpu, 16.0, seed,
                                spec=spec).trace
     return _CACHE[key]
@@ -138,6 +135,6 @@ def test_long_kernels_are_settled_the_same_at_every_cadence() -> None:
         assert sa.window == sb.window
         pa = {k: v for k, v in _points(sa).items() if k.endswith((":calls", ":time"))}
         pb = {k: v for k, v in _points(sb).items() if k.endswith((":calls", ":time"))}
-        assert pa.keys() == pb.keys() and "k:long_running_kernel:calls" in pa
+        assert pa.keys() == pb.keys() and f"k:{LONG_KERNEL}:calls" in pa
         for key, va in pa.items():
             assert np.isclose(va, pb[key], rtol=1e-9, atol=1e-9), (t, key, va, pb[key])

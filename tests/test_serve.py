@@ -323,16 +323,13 @@ def test_tumbling_windows_count_items_running_across_their_edges() -> None:
     running across an edge counted in neither (a 1–4 s kernel at most edges of 5 s windows).
     Each window now takes its part of it: the windows' busy time per class adds up to the
     run's."""
-    import dataclasses as dc
-
     import numpy as np
 
     from attribution.sim import SCENARIOS, simulate
-    from attribution.sim.scenarios import KernelClass
+    from attribution.sim.scenarios import with_long_kernels
     from ppwtop.demo_feed import TraceFeed
 
-    base = SCENARIOS["varied_mix"]
-    spec = dc.replace(base, classes=(*base.classes, KernelClass("long_k", 1.5e6, 0.4, 0.5)))
+    spec = with_long_kernels(SCENARIOS["varied_mix"], 1500.0, 0.4)
     tr = simulate("varied_mix", "h100", 30.0, seed=3, spec=spec).trace
     feed = TraceFeed(tr, label="t", gpu="h100", horizon_s=5.0, n_boot=5)
     k = tr.kernels

@@ -339,10 +339,9 @@ def test_unknown_names_raise() -> None:
 def test_a_step_longer_than_the_run_is_one_clear_error() -> None:
     """A spec whose first step outlasts the run (launch_bound's 200 kernels a step with a
     class of 0.7 s kernels in 40 s) raised an IndexError deep in the host-call layout."""
-    from attribution.sim.scenarios import KernelClass
+    from attribution.sim.scenarios import with_long_kernels
 
-    base = SCENARIOS["launch_bound"]
-    spec = dataclasses.replace(base, classes=(*base.classes, KernelClass("slow", 7e5, 0.3, 0.5)))
+    spec = with_long_kernels(SCENARIOS["launch_bound"], 700.0)
     with pytest.raises(ValueError, match="no whole step of 'launch_bound' fits in 40 s"):
         simulate("launch_bound", "a100", 40.0, seed=1, spec=spec)
     assert len(simulate("launch_bound", "a100", 120.0, seed=1, spec=spec).trace.kernels)

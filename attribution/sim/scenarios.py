@@ -171,3 +171,17 @@ SCENARIOS: Mapping[str, ScenarioSpec] = {
               default_gpu="h100"),
     )
 }
+
+
+LONG_KERNEL = "long_running_kernel"
+"""The name of the class :func:`with_long_kernels` adds."""
+
+
+def with_long_kernels(spec: ScenarioSpec, median_ms: float = 1200.0, sigma: float = 0.3
+                      ) -> ScenarioSpec:
+    """``spec`` with one more kernel class, :data:`LONG_KERNEL`: instances of ``median_ms``
+    (lognormal ``sigma``) at half the board's dynamic power. Kernels that outlast the live
+    engine's 0.5 s settling delay (``engine.live_pending``) and a tumbling window's edge;
+    run it for several of its steps (a step of 24 kernels then lasts seconds)."""
+    return dataclasses.replace(spec, classes=(
+        *spec.classes, KernelClass(LONG_KERNEL, median_ms * 1e3, sigma, 0.5)))
