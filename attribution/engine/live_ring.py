@@ -131,12 +131,11 @@ class SlabRing:
         """Per class (``n``): the calls and bytes of the items running across the first
         slab's start. Slabs count an item where it starts, so a horizon whose start cuts a
         long kernel would show its time with no call; these are added to the sums."""
-        out = []
-        for v in ((self.slabs[0].open_calls, self.slabs[0].open_bytes) if self.slabs
-                  else (np.zeros(0), np.zeros(0))):
-            w = np.asarray(v, np.float64)[:n]
-            out.append(np.pad(w, (0, n - len(w))))
-        return out[0], out[1]
+        if not self.slabs:
+            return np.zeros(n), np.zeros(n)
+        first = self.slabs[0]
+        return (np.pad(first.open_calls.astype(np.float64), (0, n - len(first.open_calls))),
+                np.pad(first.open_bytes.astype(np.float64), (0, n - len(first.open_bytes))))
 
 
 class RowRing:
