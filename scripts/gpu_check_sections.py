@@ -312,19 +312,16 @@ def launch_matching(tr: Trace) -> dict[str, list[int]]:
     record has not come; a name with calls and no matches (say driver calls the runtime made
     under ids of their own) would be given up on, and after a few not waited on
     (docs/attribution.md, "Settled time")."""
-    from attribution.engine.live_pending import ISSUING
+    from attribution.engine.live_pending import ISSUING, item_correlations
 
     a = tr.apis
     on = np.isin(a.kind, ISSUING)
-    items = np.concatenate([tr.kernels.correlation, tr.copies.correlation,
-                            tr.memsets.correlation])
-    got = np.isin(a.correlation[on], items)
-    out: dict[str, list[int]] = {}
-    for nid, ok in zip(a.name_id[on].tolist(), got.tolist(), strict=True):
-        row = out.setdefault(tr.strings[nid] if nid >= 0 else "?", [0, 0])
-        row[0] += int(ok)
-        row[1] += 1
-    return out
+    got = np.isin(a.correlation[on], item_correlations(tr))
+    ids, inv = np.unique(a.name_id[on], return_inverse=True)
+    calls = np.bincount(inv, minlength=len(ids))
+    matched = np.bincount(inv, weights=got, minlength=len(ids)).astype(np.int64)
+    return {(tr.strings[i] if i >= 0 else "?"): [int(m), int(c)]
+            for i, m, c in zip(ids.tolist(), matched.tolist(), calls.tolist(), strict=True)}
 
 
 def cupti(ctx: Context) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def _member(a: I64, b: I64) -> npt.NDArray[np.bool_]:
     return bits[a - lo]
 
 
-def _items_correlation(delta: Trace) -> I64:
+def item_correlations(delta: Trace) -> I64:
+    """The correlation ids of ``delta``'s kernels, copies and memsets."""
     return np.concatenate([getattr(delta, f).correlation for f in GPU_ITEMS]).astype(
         np.int64, copy=False)
 
@@ -135,7 +136,7 @@ class PendingLaunches:
 
     def update(self, delta: Trace) -> None:
         """Take one update's API records and GPU items."""
-        items = _items_correlation(delta)
+        items = item_correlations(delta)
         taken: list[I64] = []  # the calls matched in this update
         if len(self.corr) and len(items):
             came = _member(self.corr, items)
