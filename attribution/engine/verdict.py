@@ -24,6 +24,9 @@ PRECISION = 0.10
 """A resolvable class's 90 % interval lies within ±10 % of its estimate."""
 MIN_EXPOSURE = 3.0
 """A class needs this many reading-equivalents of busy time inside sensor windows."""
+NOT_COMPUTED = "interval not computed yet"
+"""What a live class whose interval is still the placeholder (0 to twice the estimate: the
+bootstrap pool has no replicate with it yet) says, alone or after another flag's reason."""
 LONG_WINDOW_MS = 500.0
 """Sensors averaging this long (the 1 s ``average`` field) only support totals."""
 
@@ -95,6 +98,7 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
     why: list[str] = []
     for c in range(n_cls):
         r, w, cl = False, "", None
+        placeholder = computed is not None and not bool(computed[c])
         if not has_power:
             w = "no power readings"
         elif power_why is not None and power_why[c] is not None:
@@ -124,17 +128,18 @@ def class_verdicts(*, dyn_j: F64, ci_j: F64, group: I32, pooled_group: int, g_c_
             w = f"too little exposure ({class_exposure[c]:.1f} reading-equivalents)"
         elif dyn_j[c] <= 0:
             w = "estimate sits at the zero bound"
-        elif computed is not None and not bool(computed[c]):
-            w = "new class: interval not computed yet"
+        elif placeholder:
+            w = "new class: " + NOT_COMPUTED
+            placeholder = False  # (said)
         elif not known[c]:
             w = imprecise_why(float(dyn_j[c]), float(ci_j[c, 0]), float(ci_j[c, 1]),
                               short_run=short_run)
         else:
             r = True
-        if w and computed is not None and not bool(computed[c]) and not w.startswith("new"):
+        if placeholder and w:
             # flagged for another reason before its interval was drawn: the interval shown
             # is the placeholder (0 to twice the estimate), not a bootstrap's
-            w += "; interval not computed yet"
+            w += "; " + NOT_COMPUTED
         res.append(r)
         clu.append(cl)
         why.append(w)
