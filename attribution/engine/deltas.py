@@ -15,7 +15,8 @@ import numpy as np
 from attribution.model import Trace
 
 GPU_ITEMS = ("kernels", "copies", "memsets")
-"""The batches of work on a GPU (what a launch call puts there)."""
+"""The batches of work on a GPU (what a launch call puts there, and what
+:func:`attribution.engine.activity.items_for_device` reads)."""
 ITEMS = (*GPU_ITEMS, "apis", "markers")
 SAMPLES = ("power", "energy", "clocks")
 

@@ -56,7 +56,6 @@ tick +9 % (p50 5.1 → 5.6 ms, median per-tick ratio 1.09, lockstep A/B); 20 a s
 RANDOM_SEED = 7
 """The random windows' seed (with the slab's offset from the engine's start, so a slab gets
 the same windows on the same data, wherever the timeline sits)."""
-"""The record batches :func:`attribution.engine.activity.items_for_device` reads."""
 
 
 _BATCHES: dict[str, type[Columns]] = {f: BATCH_TYPES[f] for f in ITEMS}
