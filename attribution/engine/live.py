@@ -53,7 +53,6 @@ from attribution.engine.live_clamp import ClockLog, UnitIndex, ranked_groups, un
 from attribution.engine.live_pending import (
     WAIT_WARN_S,
     PendingLaunches,
-    given_up_warning,
     waiting_warning,
 )
 from attribution.engine.live_redo import LagParams, Redo, redo_finish, redo_rows
@@ -628,12 +627,9 @@ class LiveEngine:
         wait_s = (self.now_ns - self.done_ns) * 1e-9
         if self.held_by_launch and wait_s - self.settle_ns * 1e-9 > WAIT_WARN_S:
             lines.append(waiting_warning(wait_s))
-        lost = self.pending.given_up_since(win[0])
-        if lost:
-            trusted = self.pending.trusted()
-            lines.append(given_up_warning(
-                lost, self.pending.max_wait_ns * 1e-9,
-                [n for k, n in enumerate(self.pending.names) if not trusted[k]]))
+        lost = self.pending.given_up_line(win[0])
+        if lost is not None:
+            lines.append(lost)
         if lines:
             snap = dataclasses.replace(snap, warnings=(*lines, *snap.warnings))
         return snap

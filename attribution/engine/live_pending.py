@@ -226,6 +226,16 @@ class PendingLaunches:
         counts = np.bincount(self.given_up_key, minlength=len(self.names))
         return [(self.names[k], int(counts[k])) for k in np.flatnonzero(counts).tolist()]
 
+    def given_up_line(self, start_ns: int) -> str | None:
+        """The snapshot's line for the launches given up on in a horizon starting at
+        ``start_ns`` (:meth:`given_up_since`), None when there were none."""
+        lost = self.given_up_since(start_ns)
+        if not lost:
+            return None
+        trusted = self.trusted()
+        return given_up_warning(lost, self.max_wait_ns * 1e-9,
+                                [n for k, n in enumerate(self.names) if not trusted[k]])
+
 
 def given_up_warning(lost: list[tuple[str, int]], max_wait_s: float,
                      not_waited: list[str]) -> str:
