@@ -9,7 +9,8 @@ end).  Each idle gap gets one cause (``attribution.snapshot.IDLE_CAUSES`` order)
 * ``host_stall`` -- otherwise, a gap longer than 1 ms (nothing in flight for over 1 ms);
 * ``launch_gap`` -- otherwise, the host call that issued the next item ended inside the gap
   (or less than ``LAUNCH_TOL_NS`` before it): the host was too slow to launch; with no API
-  records at all, any gap up to 1 ms counts as a launch gap;
+  records at all, any gap up to 1 ms counts as a launch gap (where items start together
+  after a gap, the next item is the one of the latest call: the largest correlation id);
 * ``other``      -- the rest (the next item was queued long before: a device-side bubble).
 
 Everything is vectorised: sorting, running maxima and ``searchsorted`` over the sorted
@@ -234,6 +235,7 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
         next_corr = np.empty(n_seg + 1, np.int64)
         next_corr[:-1] = corr[first]
         next_corr[-1] = -1
+        _latest_of_ties(s, corr, first, next_corr)
         # segments are disjoint and apart, so only the first and last gap can be empty
         a = 0 if gap_e[0] > gap_s[0] else 1
         b = n_seg + 1 if gap_e[-1] > gap_s[-1] else n_seg
@@ -260,6 +262,17 @@ def idle_intervals(trace: Trace, window_start_ns: int, window_end_ns: int,
         return IdleIntervals(out_s[0], out_e[0], out_d[0], out_c[0])
     return IdleIntervals(np.concatenate(out_s), np.concatenate(out_e),
                          np.concatenate(out_d), np.concatenate(out_c))
+
+
+def _latest_of_ties(s: I64, corr: I64, first: np.ndarray, next_corr: I64) -> None:
+    """Where items tie at a segment's start (``s`` sorted, ``first`` each segment's first
+    item), the segment's ``next_corr`` becomes the largest of their correlation ids -- the
+    latest call -- so that a gap's cause does not depend on the rows' order."""
+    if len(s) < 2 or not bool(np.any(s[1:] == s[:-1])):
+        return
+    seg = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(s)]))
+    tied = s == s[first][seg]
+    np.maximum.at(next_corr, seg[tied], corr[tied])
 
 
 def _gaps_native(trace: Trace, device: int, window_ns: tuple[int, int],

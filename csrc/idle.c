@@ -93,7 +93,8 @@ fail:
  * taken in the order a stable argsort of their concatenation gives (merged on the fly: on a
  * tie the earlier run first); every item overlaps the window.  Their union's segments give
  * the gaps: window start -> first segment, between segments, last segment -> window end,
- * with the correlation id of the first item after each gap (-1 after the last), an empty
+ * with the correlation id of the first item after each gap (of the items starting with it,
+ * the largest; -1 after the last), an empty
  * first or last gap dropped.  Outputs need (total items + 1) slots.  -1: a run is not
  * sorted (nothing written that matters; the caller sorts). */
 PyObject *ppw_union_gaps(PyObject *self, PyObject *args)
@@ -201,8 +202,13 @@ PyObject *ppw_union_gaps(PyObject *self, PyObject *args)
                         k++;
                         run_end = ei;
                         first = 0;
-                    } else if (ei > run_end) {
-                        run_end = ei;
+                    } else {
+                        if (ei > run_end)
+                            run_end = ei;
+                        /* items tied at the segment's start: the latest call's id, so the
+                         * cause does not depend on the rows' order */
+                        if (si == ge[k - 1] && cr[j] > nc[k - 1])
+                            nc[k - 1] = cr[j];
                     }
                 }
                 cur[best] = j;

@@ -213,7 +213,9 @@ def _plain_gaps(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w0: int, 
         ge[0] = min(max(ge[0], w0), w1)
         gs[-1] = min(max(gs[-1], w0), w1)
         gs[0], ge[-1] = w0, w1
-        nc = np.r_[c[first], -1]
+        # of the items tied at a segment's start, the largest correlation id
+        nc = np.r_[[max(int(c[i]) for i in range(f, len(s)) if s[i] == s[f]) for f in first],
+                   -1].astype(np.int64)
     keep = np.ones(len(gs), bool)
     keep[0] = ge[0] > gs[0]
     keep[-1] = keep[-1] and ge[-1] > gs[-1]

@@ -43,10 +43,16 @@ def clamped_items(trace: Trace, device: int, start_ns: I64) -> B:
 
 def nearest_clamped(t_ns: I64, clamp: B, start_ns: I64) -> B:
     """For each start, whether the nearest clock sample (``t_ns`` sorted, within
-    ``MAX_GAP_NS``) carries a clamp reason (``clamp``: per sample).  Shared by the batch
+    ``MAX_GAP_NS``) carries a clamp reason (``clamp``: per sample; of samples sharing a time,
+    any).  Shared by the batch
     engine (:func:`clamped_items`) and the live one (``live_clamp.ClockLog``)."""
     if len(t_ns) == 0 or len(start_ns) == 0:
         return np.zeros(len(start_ns), dtype=bool)
+    if bool(np.any(t_ns[1:] == t_ns[:-1])):  # samples sharing a time: clamped if any says so
+        t_ns, at = np.unique(t_ns, return_inverse=True)
+        merged = np.zeros(len(t_ns), dtype=bool)
+        np.logical_or.at(merged, at, clamp)
+        clamp = merged
     j = np.searchsorted(t_ns, start_ns)
     lo = np.clip(j - 1, 0, len(t_ns) - 1)
     hi = np.clip(j, 0, len(t_ns) - 1)

@@ -21,17 +21,44 @@ EDGE_NS = 1_000_000_000
 window end before (after) its readings."""
 
 
-def counter_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) -> float | None:
-    """Joules the counter of ``device`` advanced over [start, end] (None: fewer than two
-    readings, or none within ``SLACK_NS`` of an end)."""
+def _readings(trace: Trace, device: int) -> tuple[np.ndarray, np.ndarray]:
+    """The counter's readings of ``device`` sorted by time (readings sharing a time by
+    value)."""
     e = trace.energy
     m = e.device == device
-    if int(m.sum()) < 2:
-        return None
     t = e.t_ns[m]
     v = e.energy_mj[m].astype(np.float64)
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
+    order = np.lexsort((v, t))
+    return t[order], v[order]
+
+
+def _backwards(t: np.ndarray, v: np.ndarray, start_ns: int, end_ns: int) -> bool:
+    """Whether the sorted readings decrease anywhere from the last one at or before the window
+    to the first one at or after it (the readings the window's delta reads)."""
+    i0 = max(int(np.searchsorted(t, start_ns, "right")) - 1, 0)
+    i1 = int(np.searchsorted(t, end_ns, "left")) + 1
+    return bool(np.any(np.diff(v[i0:i1]) < 0))
+
+
+def went_back(trace: Trace, device: int, start_ns: int, end_ns: int) -> bool:
+    """Whether the counter of ``device`` decreases over the window: a reset (driver reload, GPU
+    reset) or two counters' readings merged.  Its delta then measures nothing, and
+    :func:`counter_energy_j` gives None."""
+    return _backwards(*_readings(trace, device), start_ns, end_ns)
+
+
+def back_warning(device: int) -> str:
+    """The snapshot line for a counter that :func:`went_back`."""
+    return (f"GPU {device}: the energy counter decreases inside the window (reset, or "
+            "readings of two counters merged): no closure against it")
+
+
+def counter_energy_j(trace: Trace, device: int, start_ns: int, end_ns: int) -> float | None:
+    """Joules the counter of ``device`` advanced over [start, end] (None: fewer than two
+    readings, none within ``SLACK_NS`` of an end, or a counter that :func:`went_back`)."""
+    t, v = _readings(trace, device)
+    if len(t) < 2 or _backwards(t, v, start_ns, end_ns):
+        return None
     if t[0] > start_ns + SLACK_NS or t[-1] < end_ns - SLACK_NS:
         return None
     ts = (t - start_ns).astype(np.float64)

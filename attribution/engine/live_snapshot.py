@@ -33,7 +33,7 @@ from attribution.engine.blind import (
     blind_why,
 )
 from attribution.engine.boost_span import stage_at_edge, stage_edge_warning
-from attribution.engine.counter import counter_energy_j
+from attribution.engine.counter import back_warning, counter_energy_j, went_back
 from attribution.engine.idle_place import NOT_JUDGED, IdleJudgement, idle_lines
 from attribution.engine.live_fit import ClassVerdict, verdicts
 from attribution.engine.live_solve import ClassCi
@@ -332,6 +332,8 @@ def assemble(parts: list[DevicePart], win: tuple[int, int]) -> Snapshot:
             warnings.append(f"GPU {p.device}: no power readings; energies are 0 (times only)")
         if mj is None:
             have_measured = False
+            if went_back(en, p.device, win[0], win[1]):
+                warnings.append(back_warning(p.device))
         else:
             measured += mj
     totals = close_totals(kernels, copies, idle,

@@ -78,9 +78,10 @@ GRID_SPAN = 50
 
 
 def stamp_resolution_ns(t_ns: I64) -> int:
-    """The timestamps' resolution (nvidia-smi prints milliseconds): 1 ms, 1 µs or 1 ns."""
+    """The timestamps' resolution (nvidia-smi prints milliseconds): 1 ms, 1 µs or 1 ns, judged
+    on their differences from the first, so that a shift of the whole timeline moves nothing."""
     for r in (1_000_000, 1_000):
-        if len(t_ns) and not bool(np.any(t_ns % r)):
+        if len(t_ns) and not bool(np.any((t_ns - t_ns[0]) % r)):
             return r
     return 1
 

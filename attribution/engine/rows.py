@@ -16,7 +16,7 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
-from attribution.engine.counter import counter_energy_j
+from attribution.engine.counter import back_warning, counter_energy_j, went_back
 from attribution.intsets import indices_by_value
 from attribution.model import Trace
 from attribution.owners import OwnerMap
@@ -161,6 +161,8 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
         mj = counter_energy_j(trace, r.device, arrays.window_start_ns, arrays.window_end_ns)
         if mj is None:
             have_measured = False
+            if went_back(trace, r.device, arrays.window_start_ns, arrays.window_end_ns):
+                warnings.append(back_warning(r.device))
         else:
             measured += mj
     totals = close_totals(kernels, copies, idle_rows,

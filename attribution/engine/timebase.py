@@ -134,36 +134,50 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
                 # one slice of every step -- shows no fresh polls where the importer marks
                 # them by a change of value (nvidia-smi logs): every poll is then a reading
                 fresh = m
-        t = p.t_ns[fresh]
-        w = p.power_mw[fresh].astype(np.float64) / 1e3
-        order = np.argsort(t, kind="stable")
-        t, w = t[order], w[order]
-        keep = np.r_[True, np.diff(t) > 0] if len(t) else np.zeros(0, bool)
-        t, w = t[keep], w[keep]
-        ok = np.isfinite(w) & (w >= 0)
-        t, w = t[ok], w[ok]
+        t, w = _one_per_stamp(p.t_ns[fresh], p.power_mw[fresh].astype(np.float64) / 1e3)
         period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
         if (trace.meta.get(POLL_TIME_KEY) != POLL_TIME and not by_value) or not len(t):
             return Readings(f, t, w, period, None)
         hidden = not bool(np.all(fresh[m]))
+        # the publish grid works on times from the first poll: its stamps' resolution is
+        # judged on their differences and its float arithmetic stays exact, so neither
+        # depends on where the timeline starts (a shift of a whole run moves nothing)
         polls = np.sort(p.t_ns[m])
-        stamps = t
+        t0 = polls[0]
+        polls = polls - t0
+        stamps = t - t0
         t, w, spread, period = publish_grid.poll_stamped(
-            t, w, polls, period, hidden_repeats=hidden,
+            stamps, w, polls, period, hidden_repeats=hidden,
             sensor_period_ms=_preset_period(preset, f))
         lock = publish_grid.poll_phase_scatter(stamps, polls, period)
         locked = lock < publish_grid.LOCKED_POLLS  # NaN: not judged
         flips = publish_grid.poll_delay_flips(t, polls, period) if locked else None
         grid = publish_grid.poll_grid_delays(t, polls, period) if locked else None
-        return Readings(f, t, w, period, spread, lock, flips, grid, by_value)
+        return Readings(f, t + t0, w, period, spread, lock, flips, grid, by_value)
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
+
+
+def _one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
+    """Readings sorted by time, the unusable ones (not finite, negative) dropped and those
+    sharing a timestamp (two samplers merged, a log written twice) replaced by their mean:
+    the result does not depend on the rows' order."""
+    ok = np.isfinite(power_w) & (power_w >= 0)
+    t_ns, power_w = t_ns[ok], power_w[ok]
+    order = np.argsort(t_ns, kind="stable")
+    t_ns, power_w = t_ns[order], power_w[order]
+    if len(t_ns) < 2 or bool(np.all(t_ns[1:] > t_ns[:-1])):
+        return t_ns, power_w
+    first = np.flatnonzero(np.r_[True, t_ns[1:] > t_ns[:-1]])
+    count = np.diff(np.r_[first, len(t_ns)])
+    return t_ns[first], np.add.reduceat(power_w, first) / count
 
 
 def _value_changes(t_ns: I64, power_mw: I64, m: B) -> B:
     """The rows of ``m`` whose value differs from the row of ``m`` before them in time (the
-    first one too)."""
+    first one too); rows sharing a timestamp taken in order of value, so that the marks do not
+    depend on the rows' order."""
     idx = np.flatnonzero(m)
-    idx = idx[np.argsort(t_ns[idx], kind="stable")]
+    idx = idx[np.lexsort((power_mw[idx], t_ns[idx]))]
     out = np.zeros(len(m), bool)
     if len(idx):
         v = power_mw[idx]
