@@ -25,12 +25,13 @@ from typing import Any, TextIO
 
 from ppwtop.errors import PpwtopError
 from ppwtop.live.session import Session
+from ppwtop.live.status_out import StatusOut, status_out
 from ppwtop.recording import RecordingError
 from ppwtop.transport.endpoint import Listener
 
 
 @contextlib.contextmanager
-def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: TextIO
+def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: StatusOut
           ) -> Iterator[tuple[Any, list[Any], dict[str, Any]]]:
     """An opened, running NvmlSampler (or None), its devices and notes for the run meta."""
     from ppwtop.collectors.nvml import NvmlSampler, NvmlUnavailableError
@@ -95,7 +96,7 @@ def _sigterm_ends_session(active: bool) -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _exit_status(returncode: int, out: TextIO) -> int:
+def _exit_status(returncode: int, out: StatusOut) -> int:
     """The command's status as a shell gives it: 128 + N for a command killed by signal N
     (Popen's −N passed to sys.exit would read as 256 − N), with a line saying so."""
     if returncode >= 0:
@@ -113,9 +114,10 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
           seconds: float | None, backend: str, gpu: str | None = None, sim: Any = None,
           launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
           meta: dict[str, Any] | None = None, nvml_env: dict[str, str] | None = None,
-          accept_timeout_s: float = 60.0, out: TextIO = sys.stderr,
+          accept_timeout_s: float = 60.0, out: TextIO | StatusOut = sys.stderr,
           seconds_from_connect: bool = False,
           on_session: Callable[[Session], None] | None = None) -> int:
+    out = status_out(out)  # status lines that fail (stderr's reader gone) never end the run
     with _nvml(backend, sim, nvml_env, out) as (sampler, devices, notes):
         try:
             session = Session(listener, label=label, backend=backend, record_path=record_path,

@@ -36,6 +36,7 @@ from attribution.model import (
 )
 from ppwtop.collectors.cupti_decode import Decoder
 from ppwtop.live.feed import LiveFeed
+from ppwtop.live.status_out import StatusOut, status_out
 from ppwtop.recording import RecordingError, RecordingWriter
 from ppwtop.transport import frames
 from ppwtop.transport.endpoint import FrameReader, Listener
@@ -72,12 +73,12 @@ class Session:
     def __init__(self, listener: Listener, *, label: str, backend: str,
                  record_path: str | Path | None = None, sampler: Any = None,
                  meta: dict[str, Any] | None = None, devices: list[Any] | None = None,
-                 gpu: str | None = None, out: TextIO = sys.stderr) -> None:
+                 gpu: str | None = None, out: TextIO | StatusOut = sys.stderr) -> None:
         self.listener = listener
         self.backend = backend
         self.label = label
         self.sampler = sampler
-        self.out = out
+        self.out = status_out(out)  # a failed status line never ends the session
         self.decoder = Decoder()
         self.strings = self.decoder.strings
         self._step_name = self.strings.intern(STEP_MARK_NAME)
@@ -113,6 +114,8 @@ class Session:
         self._stop.set()
 
     def say(self, text: str) -> None:
+        """One status line; a stream that fails (stderr's reader gone) silences later ones
+        and never ends the session (:class:`StatusOut`)."""
         print(f"ppwtop: {text}", file=self.out, flush=True)
 
     # --- the loop -------------------------------------------------------------------------
