@@ -64,8 +64,9 @@ def import_notes(path: str | Path, trace: Trace) -> list[str]:
     ``export``)."""
     notes = [n for n in trace.meta.get("notes") or [] if isinstance(n, str)]
     missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
-    if missing:
-        notes.append("recorded by a late attach: missing " + "; ".join(map(str, missing)))
+    if missing:  # a list of str as ppwtop writes it; anything else (a crafted file) as text
+        what = missing if isinstance(missing, list) else [missing]
+        notes.append("recorded by a late attach: missing " + "; ".join(map(str, what)))
     return [f"{path}: {n}" for n in notes]
 
 

@@ -147,6 +147,8 @@ def decode_batch(payload: memoryview) -> tuple[str, int, dict[str, npt.NDArray[A
         raise ValueError(f"bad batch directory: {e}") from None
     if rows < 0:
         raise ValueError("negative row count")
+    if rows > len(payload):  # every column has >= 1 byte a row: more rows cannot be in it
+        raise ValueError(f"{rows} rows cannot fit in a {len(payload)}-byte chunk")
     if not isinstance(entries, list):
         raise ValueError("bad batch directory: columns is not a list")
     cols: dict[str, npt.NDArray[Any]] = {}

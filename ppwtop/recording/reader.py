@@ -166,6 +166,9 @@ class RecordingReader:
                     yield "strings", new
                 elif kind == fmt.CHUNK_META:
                     update = orjson.loads(payload)["meta"]
+                    if not isinstance(update, dict):
+                        raise TypeError(f"meta update is a {type(update).__name__}, "
+                                        "not an object")
                     self.meta.update(update)
                     yield "meta", update
                 elif kind == fmt.CHUNK_END:
