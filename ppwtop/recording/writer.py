@@ -80,17 +80,28 @@ class RecordingWriter:
             raw = fmt.encode_file_header(header)
         except TypeError as e:
             raise ValueError(f"recording meta is not JSON-able: {e}") from None
-        try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as e:
-            raise RecordingError(self.path, f"cannot create recording: {e.strerror or e}") \
-                from None
+        self._fd, created = self._create()
         try:
             self._write_parts([raw], chunk=False)
         except BaseException:
             os.close(self._fd)
             self._closed = True
+            if created:  # no header, no recording: leave no empty file behind
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
             raise
+
+    def _create(self) -> tuple[int, bool]:
+        """The file opened for writing, truncated; and whether this call created it."""
+        flags = os.O_WRONLY | os.O_CREAT
+        try:
+            try:
+                return os.open(self.path, flags | os.O_EXCL, 0o644), True
+            except FileExistsError:
+                return os.open(self.path, flags | os.O_TRUNC, 0o644), False
+        except OSError as e:
+            raise RecordingError(self.path, f"cannot create recording: {e.strerror or e}") \
+                from None
 
     # -- public API ---------------------------------------------------------------------------
 
