@@ -2,6 +2,9 @@
 any other ``sitecustomize`` on the path and then starts the agent from PPWTOP_* variables.
 
 It never stops the target from starting: any failure is one ``ppwtop agent:`` line on stderr.
+Ctrl-C while it runs (the simulator's setup takes seconds) ends the program as SIGINT ends
+one that has no handler yet, with one line instead of Python's "Fatal Python error:
+init_import_site" dump: an exception cannot leave ``sitecustomize`` cleanly.
 """
 
 import os as _os
@@ -22,6 +25,8 @@ def _ppwtop_chain() -> None:
         except ImportError as e:
             if getattr(e, "name", None) != "sitecustomize":
                 _sys.stderr.write(f"ppwtop agent: your sitecustomize failed: {e}\n")
+        except KeyboardInterrupt:
+            _ppwtop_interrupted("your sitecustomize ran")
         except Exception as e:
             _sys.stderr.write(f"ppwtop agent: your sitecustomize failed: {e}\n")
     finally:
@@ -35,8 +40,26 @@ def _ppwtop_boot() -> None:
         from ppwtop.agent.bootstrap import from_env
 
         from_env()
-    except Exception as e:
+    except KeyboardInterrupt:
+        _ppwtop_interrupted("the agent started")
+    except BaseException as e:  # SystemExit from a library: the program still starts
         _sys.stderr.write(f"ppwtop agent: not started: {type(e).__name__}: {e}\n")
+
+
+def _ppwtop_interrupted(during: str) -> None:
+    """End the process by SIGINT (status 130 to a shell, -2 to ppwtop), as Ctrl-C would
+    have ended it a moment later, before any of the program's code ran."""
+    import signal
+
+    try:
+        _sys.stderr.write(f"ppwtop agent: interrupted (Ctrl-C) while {during}; "
+                          "the program did not start\n")
+        _sys.stderr.flush()
+    except BaseException:  # a second Ctrl-C, or stderr gone: still end quietly
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _os.kill(_os.getpid(), signal.SIGINT)
+    _os._exit(130)  # SIGINT blocked by the parent: the same status a shell would show
 
 
 _ppwtop_chain()
