@@ -208,7 +208,12 @@ def summary(session: Session) -> str:
     if not session.connected_once:
         parts.append("; no agent connected")
     if session.writer is not None or session.record_path is not None:
-        state = "incomplete: " + session.recording_error if session.recording_error \
-            else "written"
+        if session.recording_error:
+            state = "incomplete: " + session.recording_error
+        elif session.writer is not None and not session.writer.ended:
+            state = ("incomplete: interrupted before its end chunk was written (what was "
+                     "written reads back)")
+        else:
+            state = "written"
         parts.append(f"; recording {session.record_path} {state}")
     return "".join(parts)

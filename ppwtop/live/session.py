@@ -36,6 +36,7 @@ from attribution.model import (
 )
 from ppwtop.collectors.cupti_decode import Decoder
 from ppwtop.live.feed import LiveFeed
+from ppwtop.live.signals import deferred_interrupts
 from ppwtop.live.status_out import StatusOut, status_out
 from ppwtop.recording import RecordingError, RecordingWriter
 from ppwtop.transport import frames
@@ -188,6 +189,12 @@ class Session:
         return self.end_reason
 
     def _finish(self) -> None:
+        """Close the session's recording with its end chunk; a second Ctrl-C (or SIGTERM)
+        meanwhile waits until the file is closed (:func:`deferred_interrupts`)."""
+        with deferred_interrupts():
+            self._finish_held()
+
+    def _finish_held(self) -> None:
         self._drain_nvml()
         self.feed.set_connected(False)
         if self.reader is not None:

@@ -68,6 +68,7 @@ class RecordingWriter:
         self._rows: dict[str, int] = {}
         self._closed = False
         self._failed = False
+        self._ended = False
         self._good_end = 0
         header = {
             "format": fmt.FORMAT_NAME,
@@ -113,6 +114,11 @@ class RecordingWriter:
     @property
     def chunks_written(self) -> int:
         return self._chunks
+
+    @property
+    def ended(self) -> bool:
+        """The end chunk is written: the file reads back as complete."""
+        return self._ended
 
     def write_strings(self, names: StringTable | Sequence[str]) -> int:
         """Append names to the recording's string table; returns how many were written.
@@ -179,6 +185,7 @@ class RecordingWriter:
                 self._write_parts(fmt.json_chunk_parts(fmt.CHUNK_END, {
                     "end_ns": time.time_ns(), "chunks": self._chunks, "rows": self._rows,
                     "strings": self._n_strings}))
+                self._ended = True
                 if self._fsync:
                     os.fsync(self._fd)
         finally:
