@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,15 @@ def check_record_path(path: Path) -> None:
     """Fail early (exit 2) when the recording cannot be created where asked."""
     if path.is_dir():
         raise PpwtopError(f"{path}: is a directory (--record wants a file name)")
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # not there yet (or a dangling link): created below
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # a named pipe would block the open until a reader came; a device or a socket
+        # cannot hold a recording that is read back and cut to its last whole chunk
+        raise PpwtopError(f"{path}: not a regular file (a named pipe, device or socket): "
+                          "a recording must be a file")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise PpwtopError(f"{path}: cannot create recording: no such directory {parent}")
