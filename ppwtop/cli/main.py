@@ -71,9 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PpwtopError as e:
         print(f"ppwtop: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("ppwtop: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C; a live command's SIGTERM/SIGHUP says which
+        print(f"ppwtop: {getattr(e, 'reason', 'interrupted')}", file=sys.stderr)
+        return int(getattr(e, "exit_code", 130))
     except BrokenPipeError:
         return 0
     except Exception as e:

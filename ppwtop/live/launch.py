@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ppwtop.errors import PpwtopError
+from ppwtop.live.signals import terminate_ends_session
 from ppwtop.terminal import need_terminal
 
 BACKENDS = ("cupti", "sim")
@@ -91,7 +92,7 @@ def attach_process(pid: int, *, record: Path | None, headless: bool, seconds: fl
     info = inspect_target(pid)
     if not headless:
         need_terminal("attach", "use --headless --record FILE")
-    with Listener() as listener:
+    with terminate_ends_session(), Listener() as listener:
         if info.uid != os.geteuid() and os.geteuid() == 0:  # let the target connect
             os.chown(os.path.dirname(listener.path), info.uid, -1)
             os.chown(listener.path, info.uid, -1)
@@ -126,7 +127,9 @@ def run_command(command: list[str], *, record: Path | None, headless: bool,
     from ppwtop.transport.endpoint import Listener
 
     log_path: str | None = None
-    with Listener() as listener:
+    # SIGTERM/SIGHUP from here until the command is waited for end the session as Ctrl-C
+    # does: the socket directory removed, the command terminated, the recording closed
+    with terminate_ends_session(), Listener() as listener:
         env = child_env(listener.path, backend, extra=extra,
                         libcupti=find_libcupti() if backend == "cupti" else None)
 

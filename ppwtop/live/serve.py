@@ -5,7 +5,7 @@ record`` and ``ppwtop attach`` share: the NVML sampler thread (on the sim backen
 fake ``pynvml.nvmlLib`` replaying the same anchored simulated run the target's fake libcupti
 replays), the recording, launching the target (``launch``, called once everything listens),
 the headless loop or the TUI (session loop on a thread, the app on the main thread), the
-one-line summary, and waiting for a launched command to exit.
+one-line summary, and waiting for a launched command to exit (:mod:`.wait`).
 
 Returns 2 when the recording failed (disk full: what was written is kept), else the launched
 command's exit status when there is one, else 0; a problem the user must fix before anything
@@ -15,7 +15,6 @@ runs raises :class:`~ppwtop.errors.PpwtopError`.
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,9 @@ from typing import Any, TextIO
 
 from ppwtop.errors import PpwtopError
 from ppwtop.live.session import Session
+from ppwtop.live.signals import Terminated, reinstall_terminate_handlers
 from ppwtop.live.status_out import StatusOut, status_out
+from ppwtop.live.wait import wait_for_command
 from ppwtop.recording import RecordingError
 from ppwtop.transport.endpoint import Listener
 
@@ -66,50 +67,6 @@ def _nvml(backend: str, sim: Any, env: dict[str, str] | None, out: StatusOut
         yield sampler, sampler.device_infos, notes
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``docker stop``, a job scheduler) during a session, or SIGHUP
-    (its terminal closed) during a TUI one: it ends as Ctrl-C does (the recording closed
-    with its end chunk, the command ppwtop launched terminated), not on the spot."""
-
-    def __init__(self, signum: signal.Signals = signal.SIGTERM) -> None:
-        super().__init__()
-        self.signum = signum
-        self.reason = ("terminated (SIGTERM)" if signum == signal.SIGTERM
-                       else f"ended by {signum.name}")
-
-
-@contextlib.contextmanager
-def _sigterm_ends_session(active: bool) -> Iterator[None]:
-    """While ``active`` (a headless session on the main thread), SIGTERM raises
-    :class:`Terminated`; the previous handler is restored after."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def _exit_status(returncode: int, out: StatusOut) -> int:
-    """The command's status as a shell gives it: 128 + N for a command killed by signal N
-    (Popen's −N passed to sys.exit would read as 256 − N), with a line saying so."""
-    if returncode >= 0:
-        return returncode
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = "unknown signal"
-    print(f"ppwtop: the command was killed by signal {-returncode} ({name})", file=out,
-          flush=True)
-    return 128 - returncode
-
-
 def serve(listener: Listener, *, label: str, record_path: str | Path | None, headless: bool,
           seconds: float | None, backend: str, gpu: str | None = None, sim: Any = None,
           launch: Callable[[], subprocess.Popen[bytes] | None] | None = None,
@@ -129,23 +86,21 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
             session.sim_end_ns = int(sim.anchor_ns + sim.seconds * 1e9)
         if on_session is not None:  # e.g. serve --prometheus polls session.feed
             on_session(session)
-        child = launch() if launch is not None else None
-        terminated = False
-        signum = signal.SIGTERM
+        child: subprocess.Popen[bytes] | None = None
+        terminated: Terminated | None = None
         try:
+            child = launch() if launch is not None else None
             run_kw: dict[str, Any] = {
                 "seconds": seconds, "child": child, "accept_timeout_s": accept_timeout_s,
                 "seconds_from_connect": seconds_from_connect}
-            with _sigterm_ends_session(headless):
-                if headless:
-                    session.run(**run_kw)
-                else:
-                    _tui(session, run_kw)
-        except KeyboardInterrupt as e:
+            if headless:
+                session.run(**run_kw)
+            else:
+                _tui(session, run_kw)
+        except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM or SIGHUP (signals.Terminated)
             session.request_stop()
             session.end_reason = session.end_reason or getattr(e, "reason", "interrupted")
-            terminated = isinstance(e, Terminated)
-            signum = e.signum if isinstance(e, Terminated) else signum
+            terminated = e if isinstance(e, Terminated) else None
             if terminated and child is not None and child.poll() is None:
                 child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)
@@ -160,20 +115,10 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
               "(no GPU here? --backend sim runs on the simulator)", file=out, flush=True)
         failed = 2
     if terminated:
-        failed = failed or 128 + int(signum)
+        failed = failed or terminated.exit_code
     if child is None:
         return failed
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=2.0)  # the target usually exits right after its agent said bye
-    if child.poll() is None:
-        print(f"ppwtop: waiting for the command (pid {child.pid}) to exit; "
-              "Ctrl-C stops waiting", file=out, flush=True)
-        try:
-            child.wait()
-        except KeyboardInterrupt:
-            print(f"ppwtop: the command (pid {child.pid}) keeps running", file=out)
-            return 130
-    return failed or _exit_status(int(child.returncode), out)
+    return wait_for_command(child, failed, out)
 
 
 def _tui(session: Session, run_kw: dict[str, Any]) -> None:
@@ -187,6 +132,7 @@ def _tui(session: Session, run_kw: dict[str, Any]) -> None:
     try:
         app.run()
     finally:
+        reinstall_terminate_handlers()  # the app's event loop reset them to the default
         # SIGTERM / SIGHUP: ended as in a headless session, the recording saying why
         ended = Terminated(app.ended_by) if app.ended_by is not None else None
         session.request_stop(ended.reason if ended is not None else None)

@@ -1,6 +1,10 @@
 """Signals around a live session: what may interrupt ppwtop, and when it may not.
 
-Owns :func:`deferred_interrupts`, which holds SIGINT, SIGTERM and SIGHUP back while a session
+Owns :class:`Terminated` and :func:`terminate_ends_session`: for the whole of a live
+command (from before its socket exists until its command has been waited for) SIGTERM and
+SIGHUP end it as Ctrl-C does (the socket directory removed, the recording closed with its
+end chunk, the launched command terminated) instead of killing ppwtop on the spot.  And
+:func:`deferred_interrupts`, which holds SIGINT, SIGTERM and SIGHUP back while a session
 finishes its recording (the last NVML readings, the final meta, the end chunk: milliseconds),
 so a second Ctrl-C cannot leave the recording without its end chunk; a signal that came
 meanwhile is raised again, to the handler that was there before, once the file is closed.
@@ -15,6 +19,55 @@ from collections.abc import Iterator
 from typing import Any
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_installed: set[int] = set()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, a job scheduler) or SIGHUP (its terminal
+    closed, no screen to draw on): it ends as Ctrl-C does (the recording closed with its
+    end chunk, the command ppwtop launched terminated), not on the spot."""
+
+    def __init__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
+        self.reason = ("terminated (SIGTERM)" if signum == signal.SIGTERM
+                       else f"ended by {signum.name}")
+        self.exit_code = 128 + int(signum)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signal.Signals(signum))
+
+
+@contextlib.contextmanager
+def terminate_ends_session() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the body (on the main thread; a
+    signal the caller ignores, SIGHUP under ``nohup``, stays ignored); the previous
+    handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[int, Any] = {}
+    for sig in ENDING_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is not None and current is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, _raise_terminated)
+    _installed.update(old)
+    try:
+        yield
+    finally:
+        _installed.difference_update(old)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def reinstall_terminate_handlers() -> None:
+    """Put :func:`terminate_ends_session`'s handlers back where something replaced them
+    (the TUI's event loop resets SIGTERM and SIGHUP to the default when it closes)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in _installed:
+            signal.signal(sig, _raise_terminated)
 
 
 @contextlib.contextmanager
@@ -44,4 +97,5 @@ def deferred_interrupts() -> Iterator[None]:
             signal.raise_signal(got[0])  # acted on now, as it would have been then
 
 
-__all__ = ["HELD_SIGNALS", "deferred_interrupts"]
+__all__ = ["ENDING_SIGNALS", "HELD_SIGNALS", "Terminated", "deferred_interrupts",
+           "reinstall_terminate_handlers", "terminate_ends_session"]
