@@ -180,7 +180,7 @@ class Session:
         except frames.FrameError as e:
             self.end_reason = f"corrupt data from the target ({e}); connection closed"
             self.say(self.end_reason)
-        except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM, serve's Terminated): the
+        except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM/SIGHUP, signals.Terminated): the
             # recording's end says so, written by _finish before it closes
             self.end_reason = self.end_reason or getattr(e, "reason", "interrupted")
             raise
