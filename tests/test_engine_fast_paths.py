@@ -104,9 +104,11 @@ def ref_idle(trace: Trace, ws: int, we: int, devices: list[int]
         seg_s, seg_e = ref_union(s, e)
         seg_s, seg_e = np.clip(seg_s, ws, we), np.clip(seg_e, ws, we)
         gap_s, gap_e = np.r_[np.int64(ws), seg_e], np.r_[seg_s, np.int64(we)]
-        first_item = np.searchsorted(s, seg_s, side="left")
-        next_corr = np.r_[corr[np.clip(first_item, 0, max(len(s) - 1, 0))] if len(s) else
-                          np.empty(0, np.int64), np.int64(-1)]
+        first_item = np.clip(np.searchsorted(s, seg_s, side="left"), 0, max(len(s) - 1, 0))
+        # of the items starting with a segment, the latest call (largest correlation id)
+        next_corr = np.r_[[corr[f:np.searchsorted(s, s[f], side="right")].max()
+                           for f in first_item.tolist()] if len(s) else
+                          np.empty(0, np.int64), np.int64(-1)].astype(np.int64)
         keep = gap_e > gap_s
         gap_s, gap_e, next_corr = gap_s[keep], gap_e[keep], next_corr[keep]
         dur = gap_e - gap_s
