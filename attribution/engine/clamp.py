@@ -41,6 +41,17 @@ def clamped_items(trace: Trace, device: int, start_ns: I64) -> B:
     return nearest_clamped(t[order], clamp[order], start_ns)
 
 
+def one_per_time(t_ns: I64, clamp: B) -> tuple[I64, B]:
+    """Sorted sample times with samples sharing a time made one, clamped if any of them is
+    (two samplers merged): the rule then does not depend on the rows' order."""
+    if not bool(np.any(t_ns[1:] == t_ns[:-1])):
+        return t_ns, clamp
+    t_one, at = np.unique(t_ns, return_inverse=True)
+    merged = np.zeros(len(t_one), dtype=bool)
+    np.logical_or.at(merged, at, clamp)
+    return t_one, merged
+
+
 def nearest_clamped(t_ns: I64, clamp: B, start_ns: I64) -> B:
     """For each start, whether the nearest clock sample (``t_ns`` sorted, within
     ``MAX_GAP_NS``) carries a clamp reason (``clamp``: per sample; of samples sharing a time,
@@ -48,11 +59,7 @@ def nearest_clamped(t_ns: I64, clamp: B, start_ns: I64) -> B:
     engine (:func:`clamped_items`) and the live one (``live_clamp.ClockLog``)."""
     if len(t_ns) == 0 or len(start_ns) == 0:
         return np.zeros(len(start_ns), dtype=bool)
-    if bool(np.any(t_ns[1:] == t_ns[:-1])):  # samples sharing a time: clamped if any says so
-        t_ns, at = np.unique(t_ns, return_inverse=True)
-        merged = np.zeros(len(t_ns), dtype=bool)
-        np.logical_or.at(merged, at, clamp)
-        clamp = merged
+    t_ns, clamp = one_per_time(t_ns, clamp)
     j = np.searchsorted(t_ns, start_ns)
     lo = np.clip(j - 1, 0, len(t_ns) - 1)
     hi = np.clip(j, 0, len(t_ns) - 1)

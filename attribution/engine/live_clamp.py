@@ -23,7 +23,7 @@ import numpy as np
 
 from attribution.engine.activity import KERNEL, Items
 from attribution.engine.build import group_kinds, label_ranks, rank_units
-from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped
+from attribution.engine.clamp import CLAMP_MASK, MAX_GAP_NS, nearest_clamped, one_per_time
 from attribution.engine.live_ring import Classes
 from attribution.intsets import distinct_ints
 from attribution.model import F64, I32, I64, B, ClockBatch
@@ -92,17 +92,18 @@ def clamped_edges(t_ns: I64, clamp: B) -> I64:
     the edges ``[lo_0, hi_0, lo_1, hi_1, ...]`` (strictly increasing) of half-open spans
     ``[lo_i, hi_i)``: a start is clamped iff ``searchsorted(edges, start, "right")`` is odd.
 
-    Between two distinct sample times ``t[k−1] < t[k]`` the rule picks the last sample at
-    ``t[k−1]`` for starts ``s ≤ ⌊(t[k−1] + t[k]) / 2⌋`` (ties go to the earlier one) and the
-    first at ``t[k]`` above; at or before the first time, the first sample; after the last
-    time, the last sample; a pick further than ``MAX_GAP_NS`` says no.  Each piece is one
+    Samples sharing a time are one, clamped if any is (``clamp.one_per_time``).  Between
+    two sample times ``t[k−1] < t[k]`` the rule picks ``t[k−1]`` for starts
+    ``s ≤ ⌊(t[k−1] + t[k]) / 2⌋`` (ties go to the earlier one) and ``t[k]`` above; at or
+    before the first time, the first sample; after the last time, the last sample; a pick
+    further than ``MAX_GAP_NS`` says no.  Each piece is one
     integer span (closed spans ``[lo, hi]``, written half-open as ``[lo, hi + 1)``), in time
     order; touching spans are merged so that no edge repeats."""
     n = len(t_ns)
     if n == 0 or not bool(clamp.any()):
         return np.empty(0, np.int64)
-    t = np.asarray(t_ns, np.int64)
-    k = np.flatnonzero(t[1:] > t[:-1]) + 1  # t[k-1] < t[k]
+    t, clamp = one_per_time(np.asarray(t_ns, np.int64), clamp)
+    k = np.arange(1, len(t))  # t[k-1] < t[k]
     a, b = t[k - 1], t[k]
     mid = (a + b) // 2
     gap = np.int64(MAX_GAP_NS)
