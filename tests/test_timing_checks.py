@@ -141,3 +141,24 @@ def test_a_trace_whose_durations_or_starts_were_lost_says_so() -> None:
                                end_ns=k.start_ns[0] + (k.end_ns - k.start_ns))
     snap = attribute(dataclasses.replace(trace, kernels=same), n_boot=10)
     assert snap.warnings[0].startswith("GPU 0: 100% of kernel time overlaps")
+
+
+def test_items_ending_before_they_start_are_read_as_zero_length() -> None:
+    """Every kernel's start and end swapped (a damaged recording): before, the kernels read
+    −44.8 J and negative times; now zero length, their energy idle's, and a line says so."""
+    from attribution.engine.timing_checks import forward_items
+
+    tr = simulate("varied_mix", "a100", 6.0, 1).trace
+    k = tr.kernels
+    swapped = dataclasses.replace(tr, kernels=dataclasses.replace(
+        k, start_ns=k.end_ns.copy(), end_ns=k.start_ns.copy()))
+    fixed, n = forward_items(swapped)
+    assert n == int(np.count_nonzero(k.end_ns > k.start_ns))
+    assert np.array_equal(fixed.kernels.end_ns, fixed.kernels.start_ns)
+    assert forward_items(tr) == (tr, 0)
+    snap = attribute(swapped, n_boot=10)
+    assert all(r.time_s >= 0 and r.energy_j >= 0 for r in snap.kernels)
+    assert snap.totals.kernel_energy_j == pytest.approx(0.0, abs=1e-9)
+    assert any("end before they start" in w for w in snap.warnings)
+    total = snap.totals.kernel_energy_j + snap.totals.copy_energy_j + snap.totals.idle_energy_j
+    assert total == pytest.approx(snap.totals.energy_j, rel=1e-9)

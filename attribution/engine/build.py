@@ -104,7 +104,12 @@ from attribution.engine.timebase import (
     usable,
     window_fractions,
 )
-from attribution.engine.timing_checks import kernel_timing, timing_warnings
+from attribution.engine.timing_checks import (
+    backwards_warning,
+    forward_items,
+    kernel_timing,
+    timing_warnings,
+)
 from attribution.engine.verdict import class_verdicts
 from attribution.idle import IdleIntervals, covered_ns, device_indices, idle_intervals
 from attribution.intsets import counts
@@ -1078,6 +1083,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     """Per-record energies (kernels, copies, memsets aligned with the trace's rows) and idle
     intervals with cause and energy."""
     warnings: list[str] = []
+    trace, backwards = forward_items(trace)
+    if backwards:
+        warnings.append(backwards_warning(backwards))
     win = trace_window(trace)
     if win is None:
         if len(trace.power):

@@ -12,16 +12,20 @@ Owns two checks on a device's kernels, each a share with the threshold it is jud
   id.  The real traces kept in ``../shared/data/real`` show at most 0.64 % (the B200 trace).
 
 Neither check changes a number: the engine attributes what the trace says, and the snapshot
-says why those numbers should not be trusted.
+says why those numbers should not be trusted.  One repair is made, by :func:`forward_items`:
+a GPU item that ends before it starts (a damaged recording or export; the Kineto importer
+already reads a negative ``dur`` as 0) is read as zero length, with a warning, instead of
+giving a negative time and negative joules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from attribution.model import I64, KernelBatch
+from attribution.model import I64, KernelBatch, Trace
 
 NO_DURATION_WARN = 0.5  # share of a device's kernels without a duration that is told
 OVERLAP_WARN = 0.1  # share of a device's kernel time overlapping its own stream that is told
@@ -127,3 +131,24 @@ def timing_warnings(device: int, timing: KernelTiming) -> list[str]:
             "trace's timestamps look damaged (or two processes' streams share ids); per-kernel "
             "energies on this GPU are not to be trusted")
     return out
+
+
+def forward_items(trace: Trace) -> tuple[Trace, int]:
+    """``trace`` with every kernel, copy and memset that ends before it starts read as zero
+    length (``end_ns = start_ns``), and how many there were (the trace itself when none)."""
+    fixed: dict[str, object] = {}
+    n = 0
+    for field in ("kernels", "copies", "memsets"):
+        b = getattr(trace, field)
+        back = b.end_ns < b.start_ns
+        k = int(np.count_nonzero(back))
+        if k:
+            n += k
+            fixed[field] = dataclasses.replace(b, end_ns=np.maximum(b.end_ns, b.start_ns))
+    return (dataclasses.replace(trace, **fixed) if fixed else trace), n  # type: ignore[arg-type]
+
+
+def backwards_warning(n_items: int) -> str:
+    """The snapshot line for the items :func:`forward_items` repaired."""
+    return (f"{n_items} GPU item(s) end before they start (damaged timestamps): read as zero "
+            "length, so their time and energy fall to idle")
