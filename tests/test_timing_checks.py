@@ -162,3 +162,19 @@ def test_items_ending_before_they_start_are_read_as_zero_length() -> None:
     assert any("end before they start" in w for w in snap.warnings)
     total = snap.totals.kernel_energy_j + snap.totals.copy_energy_j + snap.totals.idle_energy_j
     assert total == pytest.approx(snap.totals.energy_j, rel=1e-9)
+
+
+def test_the_live_engine_reads_backwards_items_as_zero_length_too() -> None:
+    from attribution.engine.live import LiveEngine
+
+    tr = simulate("varied_mix", "a100", 8.0, 1).trace
+    k = tr.kernels
+    swapped = dataclasses.replace(tr, kernels=dataclasses.replace(
+        k, start_ns=k.end_ns.copy(), end_ns=k.start_ns.copy()))
+    eng = LiveEngine(devices=tr.devices, horizon_s=30.0)
+    t_end = int(max(k.start_ns.max(), k.end_ns.max(), tr.power.t_ns.max()))
+    eng.update(swapped, t_end + 2_000_000_000)
+    snap = eng.snapshot()
+    assert snap is not None
+    assert all(r.time_s >= 0 and r.energy_j >= 0 for r in snap.kernels)
+    assert any("end before they start" in w for w in snap.warnings)

@@ -86,6 +86,7 @@ from attribution.engine.timebase import (
     window_fractions,
 )
 from attribution.engine.timebase import Readings as _Readings
+from attribution.engine.timing_checks import backwards_warning, forward_items
 from attribution.model import F64, I64, DeviceInfo, PowerField, Trace
 from attribution.presets import NOMINAL_LAG_MS, GpuPreset, get_preset, preset_for_name
 from attribution.snapshot import Snapshot
@@ -260,6 +261,7 @@ class LiveEngine:
         self.refits = 0
         # launches whose items have not come: time is settled no further than the earliest
         self.pending = PendingLaunches()
+        self.backwards_items = 0  # GPU items received ending before they start (read as 0 long)
         self.held_by_launch = False  # the last update settled short of now − settle for one
 
     # ------------------------------------------------------------------ input
@@ -277,6 +279,8 @@ class LiveEngine:
         """Add the records completed and readings taken in ``(previous now, now_ns]``."""
         self.run_background()  # what the caller did not run between the updates
         self.now_ns = now_ns
+        delta, backwards = forward_items(delta)
+        self.backwards_items += backwards
         devs = np.unique(np.concatenate([delta.kernels.device, delta.copies.device,
                                          delta.memsets.device, delta.power.device]))
         for d in devs[devs >= 0].tolist():
@@ -630,6 +634,8 @@ class LiveEngine:
         lost = self.pending.given_up_line(win[0])
         if lost is not None:
             lines.append(lost)
+        if self.backwards_items:
+            lines.append(backwards_warning(self.backwards_items))
         if lines:
             snap = dataclasses.replace(snap, warnings=(*lines, *snap.warnings))
         return snap
