@@ -66,3 +66,21 @@ def test_late_attach_missing_of_the_wrong_type_is_said_not_crashed_on(tmp_path: 
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert f"{p}: recorded by a late attach: missing 5" in r.stderr
 
+
+
+def test_meta_notes_that_are_no_list_of_text_are_dropped_with_a_note(tmp_path: Path) -> None:
+    end = (fmt.CHUNK_END, orjson.dumps({"rows": 0}))  # a clean close: the reader adds no note
+    p = _file(tmp_path / "r.ppw", [(fmt.CHUNK_META, orjson.dumps({"meta": {"notes": 5}})), end])
+    tr = read_recording(p)
+    assert tr.meta["complete"] is True
+    notes = import_notes(p, tr)  # before: TypeError, 'int' object is not iterable
+    assert notes == [f"{p}: recording: meta notes is a int, not a list; ignored"]
+    q = _file(tmp_path / "q.ppw", [(fmt.CHUNK_META, orjson.dumps(
+        {"meta": {"notes": ["kept", 1, None]}})), end])
+    assert read_recording(q).meta["notes"] == ["kept", "recording: 2 meta note(s) not text; "
+                                               "ignored"]
+    r = subprocess.run([sys.executable, "-m", "ppwtop", "attribute", "--trace", str(p), "-o",
+                        str(tmp_path / "s.json")], capture_output=True, text=True,
+                       check=False, timeout=120)
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert f"{p}: recording: meta notes is a int" in r.stderr

@@ -62,7 +62,8 @@ def import_notes(path: str | Path, trace: Trace) -> list[str]:
     or corrupt part-way) and what a late-attach recording cannot hold, as warnings naming
     the file: every command that reads one says them (``attribute``, ``replay``,
     ``export``)."""
-    notes = [n for n in trace.meta.get("notes") or [] if isinstance(n, str)]
+    raw = trace.meta.get("notes")
+    notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
     missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
     if missing:  # a list of str as ppwtop writes it; anything else (a crafted file) as text
         what = missing if isinstance(missing, list) else [missing]

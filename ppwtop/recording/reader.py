@@ -247,9 +247,20 @@ class RecordingReader:
         if "created_ns" in self.header:
             meta["recording_created_ns"] = self.header["created_ns"]
         meta["complete"] = self.complete
-        if self.notes:
-            old = meta.get("notes")
-            meta["notes"] = [*(old if isinstance(old, list) else []), *self.notes]
+        notes = list(self.notes)
+        if "notes" in meta:  # the writer's notes: a list of str; anything else is dropped
+            old = meta.pop("notes")
+            if not isinstance(old, list):
+                notes.insert(0, f"recording: meta notes is a {type(old).__name__}, not a "
+                                "list; ignored")
+                old = []
+            kept = [n for n in old if isinstance(n, str)]
+            if len(kept) < len(old):
+                notes.insert(0, f"recording: {len(old) - len(kept)} meta note(s) not text; "
+                                "ignored")
+            notes = [*kept, *notes]
+        if notes:
+            meta["notes"] = notes
         return meta
 
 
