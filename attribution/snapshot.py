@@ -264,7 +264,7 @@ class Snapshot:
                 idle=tuple(_build(IdleRow, i) for i in d["idle"]),
                 steps=steps,
                 inefficiencies=tuple(_build(Inefficiency, i) for i in d["inefficiencies"]),
-                warnings=tuple(d.get("warnings", ())),
+                warnings=_warnings(d.get("warnings")),
                 meta=dict(d.get("meta", {})),
                 extra={k: v for k, v in d.items() if k not in known},
             )
@@ -308,6 +308,16 @@ def _checked(where: str, kind: str, v: Any) -> Any:
     if base in ("float", "int", "str", "bool", "tuple[float, float]"):
         raise TypeError(f"{where} is {str(v)[:40]!r}, not {kind}")
     return tuple(v) if isinstance(v, list) else v
+
+
+def _warnings(v: Any) -> tuple[str, ...]:
+    """The warnings as text: a list whose entries are not all strings is read as their text
+    (a null entry dropped); absent or null is none; anything else is malformed."""
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise TypeError(f"warnings is a {type(v).__name__}, not a list")
+    return tuple(w if isinstance(w, str) else str(w) for w in v if w is not None)
 
 
 def _optional(steps_d: Mapping[str, Any], key: str) -> float | None:

@@ -706,3 +706,32 @@ async def test_the_live_tables_keys_are_not_offered_on_the_detail_screen() -> No
         assert app.sort_key == "energy"  # inert there
         await pilot.press("escape")
         assert "cycle_sort" in footer_keys()
+
+
+async def test_a_snapshot_with_repeated_rows_and_non_text_warnings_is_shown() -> None:
+    """A file the reader accepts: two kernel rows of one name and GPU, warnings [1, 2, null]
+    (before: DuplicateKey and esc() on an int crashed the TUI)."""
+    d = make_snapshot().to_dict()
+    d["kernels"].append(dict(d["kernels"][0]))
+    d["copies"].append(dict(d["copies"][0]))
+    d["warnings"] = [1, 2, None]
+    snap = Snapshot.from_dict(d)
+    assert snap.warnings == ("1", "2")
+    app = PpwtopApp(StaticFeed(snap))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert app.live.query_one("#kernels", DataTable).row_count == 4
+        assert "⚠ 2: 1" in header(app)
+        await pilot.press("j", "j", "j", "d")
+        assert isinstance(app.screen, DetailScreen)
+    with pytest.raises(ValueError, match="warnings is a int"):
+        Snapshot.from_dict({**d, "warnings": 5})
+
+
+def test_a_tui_that_stops_on_an_exception_does_not_exit_0() -> None:
+    class Crashing(PpwtopApp):
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            self._return_code = 1  # what Textual sets in _handle_exception
+            return None
+
+    assert Crashing(StaticFeed(make_snapshot())).run_for_status() == 2

@@ -135,9 +135,12 @@ class PpwtopApp(App[None]):
         self.exit()
 
     def run_for_status(self) -> int:
-        """Run the app; what the command returns then: 128 + N where signal N ended it."""
+        """Run the app; what the command returns then: 128 + N where signal N ended it, 2
+        where it stopped on an exception (Textual has shown it; never 0)."""
         self.run()
-        return 0 if self.ended_by is None else 128 + int(self.ended_by)
+        if self.ended_by is not None:
+            return 128 + int(self.ended_by)
+        return 2 if self.return_code else 0
 
     def _pull_snapshots(self) -> None:
         """Engine thread: next_snapshot() into the one-slot mailbox (newest wins)."""

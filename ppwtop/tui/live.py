@@ -35,6 +35,7 @@ from ppwtop.tui.widgets import (
     pct_cell,
     selected_key,
     sync_table,
+    unique_key,
 )
 
 SORT_KEYS = ("energy", "time", "calls", "name")
@@ -421,7 +422,7 @@ class LiveScreen(Screen[None]):
                 continue
             if gpu_sel is not None and kr.gpu != gpu_sel:
                 continue
-            key = row_key(kr)
+            key = unique_key(row_key(kr), rows)
             rows[key] = kr
             style = "" if kr.resolvable else "dim italic"
             krows.append((key, [
@@ -439,7 +440,7 @@ class LiveScreen(Screen[None]):
         for cr in snap.copies:
             if gpu_sel is not None and cr.gpu != gpu_sel:
                 continue
-            key = row_key(cr)
+            key = unique_key(row_key(cr), rows)
             rows[key] = cr
             orows.append((key, dict(zip(_OTHER_KEYS, (
                 name_cell(f"{cr.gpu}│" * multi_gpu + f"copy {cr.kind}/{cr.memory}", 19,
@@ -453,7 +454,7 @@ class LiveScreen(Screen[None]):
         for ir in snap.idle:
             if (gpu_sel is not None and ir.gpu != gpu_sel) or (ir.time_s <= 0 and not ir.count):
                 continue  # a cause that never happened is not worth a row
-            key = row_key(ir)
+            key = unique_key(row_key(ir), rows)
             rows[key] = ir
             orows.append((key, dict(zip(_OTHER_KEYS, (
                 name_cell(f"{ir.gpu}│" * multi_gpu + f"idle {ir.cause}", 19),

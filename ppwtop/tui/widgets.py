@@ -4,7 +4,7 @@ keyed DataTable synchronisation (no ``clear()`` per tick) and the live header.""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -100,6 +100,13 @@ def sync_table(
         except Exception:
             cursor_key = None
     col_keys = [c.value for c in table.columns]
+    seen: set[str] = set()
+    unique = []
+    for asked, cells in rows:
+        key = unique_key(asked, seen)
+        seen.add(key)
+        unique.append((key, cells))
+    rows = unique
     wanted = {k for k, _ in rows}
     for rk in [rk for rk in table.rows if rk.value not in wanted]:
         table.remove_row(rk)
@@ -154,9 +161,20 @@ def selected_key(table: DataTable[Any]) -> str | None:
         return None
 
 
-def esc(text: str) -> str:
+def esc(text: object) -> str:
     """``text`` made literal inside Textual markup (C++ kernel names are full of ``[``)."""
-    return text.replace("[", "\\[")
+    return str(text).replace("[", "\\[")
+
+
+def unique_key(key: str, taken: Container[str]) -> str:
+    """``key``, or ``key#2``, ``key#3``, ... if taken: a snapshot from a file may hold two
+    rows of one class (the contract says it should not), and a table's row keys must not
+    repeat."""
+    n, out = 1, key
+    while out in taken:
+        n += 1
+        out = f"{key}#{n}"
+    return out
 
 
 def short_name(name: str, template_max: int = 16) -> str:
