@@ -8,6 +8,7 @@ extra keys (``warnings``, ``meta``, ``clusters``, ...) may be added, never remov
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -230,7 +231,8 @@ class Snapshot:
         try:
             gpus = tuple(
                 GpuInfo(
-                    int(g["index"]), str(g["name"]), str(g["model"]),
+                    _checked("GpuInfo.index", "int", g["index"]), str(g["name"]),
+                    str(g["model"]),
                     _build(SensorInfo, g["sensor"]),
                 )
                 for g in d["gpus"]
@@ -253,11 +255,16 @@ class Snapshot:
                     work_unit=str(steps_d.get("work_unit", "steps")),
                     source=str(steps_d.get("source", "")),
                 )
+            start_ns = _checked("Window.start_ns", "int", w["start_ns"])
+            end_ns = _checked("Window.end_ns", "int", w["end_ns"])
+            if end_ns < start_ns:
+                raise ValueError(f"Window.end_ns {end_ns} is before "
+                                 f"start_ns {start_ns}")
             known = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
                      "inefficiencies", "warnings", "meta"}
             return cls(
                 gpus=gpus,
-                window=Window(int(w["start_ns"]), int(w["end_ns"])),
+                window=Window(start_ns, end_ns),
                 totals=_build(Totals, d["totals"]),
                 kernels=tuple(_build(KernelRow, k) for k in d["kernels"]),
                 copies=tuple(_build(CopyRow, c) for c in d["copies"]),
@@ -270,7 +277,7 @@ class Snapshot:
             )
         except KeyError as e:
             raise ValueError(f"snapshot is missing key {e.args[0]!r}") from None
-        except (TypeError, AttributeError) as e:
+        except (TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"malformed snapshot: {e}") from None
 
 
@@ -288,23 +295,50 @@ def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# no figure of a real run comes near this; sums of a few such stay finite
+FLOAT_MAX = 1e100
+# the fields that are durations, counts or full energies: never below 0 in what the engine
+# writes (class energies are clamped at 0; a dynamic energy or its interval may go below)
+_NON_NEGATIVE = frozenset({
+    "Totals.energy_j", "Totals.kernel_energy_j", "Totals.copy_energy_j",
+    "Totals.idle_energy_j", "Totals.active_idle_w",
+    "KernelRow.calls", "KernelRow.time_s", "KernelRow.energy_j", "KernelRow.avg_power_w",
+    "CopyRow.calls", "CopyRow.bytes", "CopyRow.time_s", "CopyRow.energy_j",
+    "IdleRow.time_s", "IdleRow.energy_j", "IdleRow.count", "Steps.count",
+    "SensorInfo.period_ms", "SensorInfo.window_ms",
+})
+
+
 def _checked(where: str, kind: str, v: Any) -> Any:
-    """``v`` as the field's annotated ``kind`` (numbers as float or int), or TypeError naming
-    ``where``: a snapshot read from a file is checked here, not where a report first does
-    arithmetic on it."""
+    """``v`` as the field's annotated ``kind`` (numbers as float or int), or TypeError /
+    ValueError naming ``where``: a snapshot read from a file is checked here, not where a
+    report first does arithmetic on it.  Integers must fit 64 bits, floats be finite and
+    within ``FLOAT_MAX``, and durations, counts and full energies be ``>= 0``."""
     optional = kind.endswith(" | None")
     base = kind.removesuffix(" | None")
     if v is None and optional:
         return None
     if base == "float" and _number(v):
-        return float(v)
-    if base == "int" and _number(v) and float(v).is_integer():
-        return int(v)
+        f = float(v) if isinstance(v, float) or abs(v) < 2**333 else math.inf
+        if not -FLOAT_MAX <= f <= FLOAT_MAX:  # also false for nan
+            raise ValueError(f"{where} is {str(v)[:40]!r}: not a finite number of sane size")
+        if f < 0 and where in _NON_NEGATIVE:
+            raise ValueError(f"{where} is {f!r}: it cannot be negative")
+        return f
+    if base == "int" and ((isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, float) and math.isfinite(v) and v.is_integer())):
+        i = int(v)
+        if not INT64_MIN <= i <= INT64_MAX:
+            raise ValueError(f"{where} is {str(v)[:40]!r}: outside the 64-bit integer range")
+        if i < 0 and where in _NON_NEGATIVE:
+            raise ValueError(f"{where} is {i}: it cannot be negative")
+        return i
     if (base == "str" and isinstance(v, str)) or (base == "bool" and isinstance(v, bool)):
         return v
     if (base == "tuple[float, float]" and isinstance(v, list | tuple) and len(v) == 2
             and all(_number(x) for x in v)):
-        return (float(v[0]), float(v[1]))
+        return (_checked(f"{where}[0]", "float", v[0]), _checked(f"{where}[1]", "float", v[1]))
     if base in ("float", "int", "str", "bool", "tuple[float, float]"):
         raise TypeError(f"{where} is {str(v)[:40]!r}, not {kind}")
     return tuple(v) if isinstance(v, list) else v
