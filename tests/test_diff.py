@@ -519,3 +519,13 @@ def test_snapshots_carry_the_driver_and_temperature_the_comparability_reads() ->
     assert r.comparability_factors["driver"] < 1.0 and r.comparability_factors["temperature"] < 1
     assert any("driver differs" in w for w in r.reasons)
     assert any("temperature differs by 20" in w for w in r.reasons)
+
+
+@pytest.mark.parametrize("floor", ["5", "1e308", "0", "nan"])
+def test_a_noise_floor_outside_0_to_1_is_refused(floor: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from ppwtop.cli.main import main as cli_main
+
+    assert cli_main(["diff", "--noise-floor", floor, "a.json", "b.json"]) == 2
+    err = capsys.readouterr().err.strip()  # before: 5 read as 500 %, 1e308 printed +-inf%
+    assert err.startswith("ppwtop: error:") and "--noise-floor" in err and "\n" not in err

@@ -152,6 +152,9 @@ def test_bad_hostport(text: str) -> None:
     ["--prometheus", "127.0.0.1:9464", "--", "no-such-command-ppwtop"],
     ["--prometheus", "127.0.0.1:9464", "--gpu", "nope", "--", "sleep", "1"],
     ["--demo"],
+    # before: 1e308 s overflowed the poller's wait, its thread died, serve exited 0
+    ["--prometheus", "127.0.0.1:9464", "--demo", "--interval", "1e308", "--seconds", "1"],
+    ["--prometheus", "127.0.0.1:9464", "--demo", "--interval", "1e-320", "--seconds", "1"],
 ])
 def test_bad_args_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["serve", *argv]) == 2

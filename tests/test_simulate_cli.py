@@ -102,6 +102,7 @@ def test_truth_json_loads(out: Path) -> None:
     ["--workload-seed", "1.5", "--out", "x"],
     ["--seconds", "1", "--seed", str(2**64), "--out", "x"],  # fuzzing: failed mid-write
     ["--seconds", "1", "--workload-seed", str(2**63), "--out", "x"],
+    ["--seconds", "1", "--out", ""],  # before: wrote the three files into the cwd
     [],
 ])
 def test_bad_args_are_one_line_errors(argv: list[str], tmp_path: Path,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from ppwtop.errors import PpwtopError
@@ -40,6 +42,30 @@ def positive_float(text: str) -> float:
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"must be finite: {text!r}")
     return v
+
+
+def bounded_float(lo: float, hi: float, what: str) -> Callable[[str], float]:
+    """An argument type: a number in ``[lo, hi]`` (``lo`` may be 0, meaning > 0); ``what``
+    says the unit in the message (a poll interval of 1e308 s killed serve's poller thread,
+    a noise floor of 5 read as 500 %)."""
+
+    def parse(text: str) -> float:
+        v = positive_float(text)
+        if not lo <= v <= hi:
+            span = f"over 0 and at most {hi:g}" if lo == 0 else f"from {lo:g} to {hi:g}"
+            raise argparse.ArgumentTypeError(f"must be {span} {what}: {text!r}")
+        return v
+
+    parse.__name__ = "number"  # argparse names the type in its message
+    return parse
+
+
+def nonempty_path(text: str) -> Path:
+    """A path argument that is not the empty string (``Path('')`` is the current directory:
+    ``simulate --out ''`` wrote its files there)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return Path(text)
 
 
 def utf8_text(text: str) -> str:

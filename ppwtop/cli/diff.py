@@ -15,7 +15,7 @@ import orjson
 
 from attribution.diff import DiffResult, diff
 from attribution.owners import OwnerMap, load_owners
-from ppwtop.cli.common import parser, positive_float, seed_int
+from ppwtop.cli.common import bounded_float, parser, seed_int
 from ppwtop.errors import InputError, Regression
 from ppwtop.fileio import read_bytes
 from ppwtop.snapshot_io import read_snapshot
@@ -33,8 +33,10 @@ def main(argv: list[str]) -> int:
                    help="exit 3 after printing when the verdict is regression")
     p.add_argument("--owners", metavar="FILE", help="owners file (TOML) to name who owns "
                    "each mechanism")
-    p.add_argument("--noise-floor", type=positive_float, default=0.02, metavar="FRACTION",
-                   help="relative change treated as noise (default 0.02 = 2%%)")
+    p.add_argument("--noise-floor", type=bounded_float(0.0, 1.0, "(a fraction, 1 = 100%)"),
+                   default=0.02, metavar="FRACTION",
+                   help="relative change treated as noise, over 0 and at most 1 (default "
+                        "0.02 = 2%%)")
     p.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed (default 0)")
     args = p.parse_args(argv)
 

@@ -20,12 +20,15 @@ import threading
 import time
 from typing import Any
 
-from ppwtop.cli.common import parser, positive_float, seed_int, session_seconds
+from ppwtop.cli.common import bounded_float, parser, seed_int, session_seconds
 from ppwtop.errors import PpwtopError
 
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
 SETTLE_S = 1.0  # live windows end this far behind the newest record (agent flush ~0.1 s)
 MIN_WINDOW_S = 0.5
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 86_400.0
+"""--interval's range: a poll loop of 1e-320 s spins, and 1e308 s overflowed the poller's
+wait (its thread died; /metrics served nothing and serve exited 0)."""
 """A live window closes only once it is this long and its end is covered by a power reading:
 records arrive in bursts, and a 26 ms window cut between two readings was attributed with no
 power at all (its kernels' counters got 0 J)."""
@@ -143,9 +146,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--scenario", default=None,
                    help="simulator scenario for --demo or --backend sim (default demo)")
     p.add_argument("--seed", type=seed_int, default=0, help="simulator seed")
-    p.add_argument("--interval", type=positive_float, default=5.0, metavar="S",
+    p.add_argument("--interval", type=bounded_float(MIN_INTERVAL_S, MAX_INTERVAL_S, "s"),
+                   default=5.0, metavar="S",
                    help="seconds between attributions, i.e. the length of each attributed "
-                        "window (default 5; under 2 s the per-window estimates get noisy)")
+                        "window (0.1 to 86400, default 5; under 2 s the per-window "
+                        "estimates get noisy)")
     p.add_argument("--seconds", type=session_seconds, default=None, metavar="S",
                    help="exit after S seconds (default: run until Ctrl-C)")
     args = p.parse_args(argv)

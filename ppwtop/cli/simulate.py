@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
+from ppwtop.cli.common import MAX_SIM_SECONDS, nonempty_path, parser, positive_float, seed_int
 from ppwtop.errors import InputError, PpwtopError
 
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload-seed", type=seed_int, default=None, metavar="N",
                    help="seed of the workload definition (phases, mix); default: the "
                         "scenario's fixed workload, so other --seed values re-run the same job")
-    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--out", required=True, type=nonempty_path, help="output directory")
     return p
 
 
