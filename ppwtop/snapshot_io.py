@@ -6,6 +6,7 @@ Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,28 @@ def dumps(snapshot: Snapshot) -> bytes:
         return orjson.dumps(d, option=opts, default=_default)
     except orjson.JSONEncodeError:  # a string that is not UTF-8 (see _utf8); else re-raised
         return orjson.dumps(_utf8(d), option=opts, default=_default)
+
+
+def check_output(path: str | Path) -> None:
+    """InputError unless ``path`` looks writable as a file: said before a long run rather
+    than after it (``attribute -o DIR`` printed the run's warnings, then the error).  Checks
+    what is knowable without creating the file: an empty name, a directory, a missing or
+    non-directory parent, no write permission."""
+    if str(path) == "":
+        raise InputError(path, "cannot write: the output path is empty")
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(p, "cannot write: Is a directory")
+    parent = p.parent
+    if not parent.exists():
+        raise InputError(p, f"cannot write: no such directory {str(parent)!r}")
+    if not parent.is_dir():
+        raise InputError(p, f"cannot write: {str(parent)!r} is not a directory")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise InputError(p, "cannot write: Permission denied")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(p, "cannot write: Permission denied")
 
 
 def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:

@@ -323,3 +323,16 @@ def test_a_negative_diff_seed_is_a_flag_error(tmp_path: Path,
                  "-1"]) == 2
     line = _one_error_line(capsys)
     assert "--seed" in line and "cannot compare" not in line
+
+
+@pytest.mark.parametrize("where", ["dir", "missing_parent", "file_as_parent", "empty"])
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(
+        where: str, sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("x")
+    out = {"dir": str(tmp_path), "missing_parent": str(tmp_path / "no" / "s.json"),
+           "file_as_parent": str(tmp_path / "f" / "s.json"), "empty": ""}[where]
+    rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+               str(sim_dir / "power.csv"), "-o", out])
+    assert rc == 2  # before: the run's warnings were printed first, then the error
+    line = _one_error_line(capsys)
+    assert "cannot write" in line

@@ -20,7 +20,7 @@ from ppwtop.cli.common import parser, positive_float, utf8_text
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
 from ppwtop.importers import import_notes, load_power, load_trace
-from ppwtop.snapshot_io import write_snapshot
+from ppwtop.snapshot_io import check_output, write_snapshot
 
 QUARTER_NS = 15 * 60 * 1_000_000_000
 MAX_SHIFT_QUARTERS = 14 * 4
@@ -137,6 +137,7 @@ def main(argv: list[str]) -> int:
             from ppwtop.cli.common import UsageError
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
+    check_output(a.output)  # before the run, which may take minutes
     owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)
     warnings: list[str] = import_notes(a.trace, trace)
