@@ -75,6 +75,8 @@ def load_owners(text: str) -> OwnerMap:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"not valid TOML: {e}") from None
+    except RecursionError:  # tomllib parses nested arrays/tables recursively
+        raise ValueError("not a usable owners file: nested too deeply") from None
     unknown = sorted(set(doc) - {"owner"})
     if unknown:
         raise ValueError(

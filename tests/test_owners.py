@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from attribution.owners import UNOWNED, load_owners
@@ -118,3 +120,16 @@ def test_toml_error_names_the_line() -> None:
     with pytest.raises(ValueError) as e:
         load_owners('[[owner]]\npattern = "x"\nowner = @a\n')
     assert "line 3" in str(e.value)
+
+
+def test_a_deeply_nested_file_is_a_value_error_not_a_recursion_error(tmp_path: Path) -> None:
+    text = "a = " + "[" * 5000 + "]" * 5000 + "\n"  # before: RecursionError, internal error
+    with pytest.raises(ValueError, match="nested too deeply"):
+        load_owners(text)
+    from ppwtop.cli.diff import read_owners
+    from ppwtop.errors import InputError
+
+    f = tmp_path / "owners.toml"
+    f.write_text(text)
+    with pytest.raises(InputError, match=r"owners\.toml: not a usable owners file"):
+        read_owners(f)
