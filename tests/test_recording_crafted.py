@@ -84,3 +84,25 @@ def test_meta_notes_that_are_no_list_of_text_are_dropped_with_a_note(tmp_path: P
                        check=False, timeout=120)
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert f"{p}: recording: meta notes is a int" in r.stderr
+
+
+def _one_column_batch(name: str, values: Any) -> bytes:
+    import numpy as np
+
+    arr = np.asarray(values)
+    d = _batch_directory({"batch": "kernels", "rows": len(arr),
+                          "columns": [[name, arr.dtype.str, 256]]})
+    return d + b"\0" * (256 - len(d)) + arr.tobytes()
+
+
+def test_a_column_of_another_dtype_is_a_malformed_chunk(tmp_path: Path) -> None:
+    import numpy as np
+
+    bad = _one_column_batch("start_ns", np.array([np.nan, 1e300], dtype="<f8"))
+    p = _file(tmp_path / "r.ppw", [(fmt.CHUNK_BATCH, bad)])
+    tr = read_recording(p)  # before: NaN cast to int64 silently (RuntimeWarning), -5e11 J
+    assert len(tr.kernels) == 0
+    assert any("kernels column start_ns is <f8, not <i8" in n for n in tr.meta["notes"])
+    ok = _one_column_batch("start_ns", np.array([5, 7], dtype="<i4"))  # a safe widening
+    q = _file(tmp_path / "q.ppw", [(fmt.CHUNK_BATCH, ok)])
+    assert read_recording(q).kernels.start_ns.tolist() == [5, 7]

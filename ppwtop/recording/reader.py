@@ -196,6 +196,11 @@ class RecordingReader:
             self.notes.append(f"recording: skipped a batch of unknown kind {kind!r} "
                               f"at byte {pos}")
             return None
+        for name, want in cls.DTYPES.items():  # a float where an int belongs cast NaN and
+            got = cols.get(name)                 # 1e300 to garbage ints (−5e11 J) silently
+            if got is not None and not np.can_cast(got.dtype, want, casting="safe"):
+                raise ValueError(f"{kind} column {name} is {got.dtype.str}, not "
+                                 f"{np.dtype(want).str}")
         batch = cls.from_columns(cols, n=rows)
         if "name_id" in cls.DTYPES and rows:
             ids = batch.columns()["name_id"]
