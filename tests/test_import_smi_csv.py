@@ -261,3 +261,27 @@ def test_system_local_zone_when_no_tz(tmp_path: Path, monkeypatch: pytest.Monkey
     naive = dt.datetime(2023, 7, 8, 19, 28, 27)
     expect_ns = int(time.mktime(naive.timetuple())) * 10**9 + 236_000_000
     assert int(t.power.t_ns[0]) == expect_ns
+
+
+def test_timestamps_past_what_int64_ns_holds_are_refused_not_wrapped(tmp_path: Path) -> None:
+    head = "timestamp, power.draw [W]\n"
+    far = _write(tmp_path, head + "2300/01/10 12:00:00.000, 100.5 W\n"
+                 "2300/01/10 12:00:00.100, 101.5 W\n")
+    with pytest.raises(InputError, match=r"2 timestamp\(s\) outside the years 1678-2261"):
+        load_smi_csv(far, tz="UTC")  # before: read as about 1715, exit 0
+    mixed = _write(tmp_path, head + "2300/01/10 12:00:00.000, 100.5 W\n"
+                   "2024/01/10 12:00:00.100, 101.5 W\n", "mixed.csv")
+    t = load_smi_csv(mixed, tz="UTC")
+    assert t.power.t_ns.tolist() == [_epoch_ns("2024/01/10 12:00:00.100", 0)]
+    assert t.meta["notes"] == ["skipped 1 unparsable row(s) of 2"]
+
+
+def test_a_log_centuries_before_the_trace_does_not_read_as_overlapping() -> None:
+    from ppwtop.cli.attribute import _overlap_ns
+
+    win = (1_700_000_000_000_000_000, 1_700_000_010_000_000_000)
+    t_1700 = np.array([-8_500_000_000_000_000_000, -8_499_000_000_000_000_000], np.int64)
+    shifts = np.array([0, 3_600_000_000_000], np.int64)
+    assert _overlap_ns(t_1700, win, shifts).tolist() == [0, 0]  # before: b - a wrapped > 0
+    t_now = np.array([1_700_000_001_000_000_000, 1_700_000_002_000_000_000], np.int64)
+    assert _overlap_ns(t_now, win, shifts).tolist() == [1_000_000_000, 0]

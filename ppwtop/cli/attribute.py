@@ -28,10 +28,10 @@ MAX_SHIFT_QUARTERS = 14 * 4
 
 def _overlap_ns(t_ns: np.ndarray, win: tuple[int, int], shifts: np.ndarray) -> np.ndarray:
     """Overlap of the power log's span, shifted by each shift, with the trace window."""
-    lo, hi = int(t_ns.min()), int(t_ns.max())
+    lo, hi = max(int(t_ns.min()), -(2**62)), min(int(t_ns.max()), 2**62)  # + shift: no wrap
     a = np.maximum(lo + shifts, win[0])
     b = np.minimum(hi + shifts, win[1])
-    out: np.ndarray = np.clip(b - a, 0, None)
+    out: np.ndarray = np.maximum(a, b) - a  # b - a wrapped past int64 for a log in 1700
     return out
 
 

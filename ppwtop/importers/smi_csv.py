@@ -106,7 +106,7 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
 
     n = len(good)
     ok = np.ones(n, dtype=bool)
-    t_local_ns, t_ok = _parse_times(column("timestamp"))
+    t_local_ns, t_ok, far = _parse_times(column("timestamp"))
     ok &= t_ok
     values: dict[str, F64] = {}
     numeric = [c for c, _ in fields] + [c for c in ("index", "clocks.current.sm",
@@ -130,6 +130,9 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
             ok &= np.isnan(idx) | ((idx >= 0) & (idx <= MAX_GPU_INDEX) & (idx == np.floor(idx)))
     skipped += int(n - ok.sum())
     if not ok.any():
+        if far:
+            raise InputError(p, f"{far} timestamp(s) outside the years 1678-2261 and no "
+                                "other parsable data row in the CSV")
         raise InputError(p, "no parsable data row in the CSV")
 
     tz_used, t_ns = _to_epoch_ns(t_local_ns[ok], tz, p)
@@ -248,28 +251,45 @@ def _parse_hex(items: list[str]) -> tuple[npt.NDArray[np.uint64], B]:
     return out, ok
 
 
-def _parse_times(items: list[str]) -> tuple[I64, B]:
-    """Naive local timestamps → ns since the local epoch (no zone applied) and a mask."""
+# what int64 ns since 1970 holds, less a margin for zone offsets and the ±14 h shift search
+_FIRST_US = np.datetime64("1678-01-01", "us")
+_END_US = np.datetime64("2262-01-01", "us")
+
+
+def _parse_times(items: list[str]) -> tuple[I64, B, int]:
+    """Naive local timestamps → ns since the local epoch (no zone applied), a mask, and how
+    many parsed but lie outside 1678–2261 (int64 ns cannot hold them: the year 2300 wrapped
+    to about 1715 when parsed straight to ns).  The range is checked at µs, which holds any
+    year; the values are read at ns (zeus logs carry ns digits)."""
     iso = [s.replace("/", "-", 2).replace(" ", "T", 1) for s in items]
     try:
-        arr = np.array(iso, dtype="datetime64[ns]")
-        ok = ~np.isnat(arr)
-        return arr.astype(np.int64), ok
+        us = np.array(iso, dtype="datetime64[us]")
+        ok = ~np.isnat(us)
+        inside = (us >= _FIRST_US) & (us < _END_US)
+        far = int((ok & ~inside).sum())
+        ok &= inside
+        ns = np.array(iso, dtype="datetime64[ns]").astype(np.int64)
+        return np.where(ok, ns, 0), ok, far
     except ValueError:
         pass
+    far = 0
     out = np.zeros(len(iso), dtype=np.int64)
     ok = np.zeros(len(iso), dtype=bool)
     for i, s in enumerate(iso):
         if len(s) < 10 or not s[:4].isdigit():
             continue
         try:
-            v = np.datetime64(s, "ns")
+            v = np.datetime64(s, "us")
         except ValueError:
             continue
-        if not np.isnat(v):
-            out[i] = v.astype(np.int64)
-            ok[i] = True
-    return out, ok
+        if np.isnat(v):
+            continue
+        if not _FIRST_US <= v < _END_US:
+            far += 1
+            continue
+        out[i] = np.datetime64(s, "ns").astype(np.int64)
+        ok[i] = True
+    return out, ok, far
 
 
 def resolve_tz(tz: str | None) -> tuple[str, Callable[[dt.datetime], dt.timedelta]]:
