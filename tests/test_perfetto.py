@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -336,3 +337,20 @@ def test_real_traces_export_valid(path: Path, tmp_path: Path) -> None:
     assert streams == {(int(d) + 1, int(s)) for d, s in
                        zip(trace.kernels.device.tolist(), trace.kernels.stream.tolist(),
                            strict=True)}
+
+
+def test_power_split_drops_negative_readings_as_the_engine_does() -> None:
+    """Every other reading damaged to -100 W: the split integrates the good 100 W ones
+    (before: it integrated the negative ones too, and a log of them gave negative J)."""
+    tr = make_trace()
+    mw = tr.power.power_mw.copy()
+    mw[1::2] = -100_000
+    cols = tr.power.columns()
+    cols["power_mw"] = mw
+    tr = dataclasses.replace(tr, power=PowerBatch(**cols))
+    doc = orjson.loads(orjson.dumps(perfetto.export_trace(tr, use_engine=False)))
+    events = validate(doc)
+    energies = [e["args"]["energy_j"] for e in events if e["ph"] == "X"]
+    assert min(energies) >= 0
+    relu = [e for e in slices(events, "kernel") if e["name"] == "relu"]
+    assert relu[0]["args"]["energy_j"] == pytest.approx(0.5, rel=1e-6)

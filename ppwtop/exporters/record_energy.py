@@ -172,8 +172,9 @@ def _board_energy(trace: Trace) -> dict[int, Callable[[I64], F64]] | None:
     if len(p) == 0:
         return None
     out: dict[int, Callable[[I64], F64]] = {}
-    for dev in np.unique(p.device).tolist():
-        on_dev = p.device == dev
+    usable = p.power_mw >= 0  # as the engine: no board draws negative power (a damaged row)
+    for dev in np.unique(p.device[usable]).tolist():
+        on_dev = usable & (p.device == dev)
         fields = set(p.field[on_dev].tolist())
         field = next((f for f in FIELD_PREFERENCE if int(f) in fields), None)
         if field is None:
