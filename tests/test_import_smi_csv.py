@@ -285,3 +285,26 @@ def test_a_log_centuries_before_the_trace_does_not_read_as_overlapping() -> None
     assert _overlap_ns(t_1700, win, shifts).tolist() == [0, 0]  # before: b - a wrapped > 0
     t_now = np.array([1_700_000_001_000_000_000, 1_700_000_002_000_000_000], np.int64)
     assert _overlap_ns(t_now, win, shifts).tolist() == [1_000_000_000, 0]
+
+
+def test_a_byte_order_mark_and_gzip_are_read_through(tmp_path: Path) -> None:
+    """A log saved by a Windows editor starts with a BOM ("no 'timestamp' column" before); a
+    gzipped log was taken for a Kineto trace; a gzip that does not inflate says so."""
+    import gzip
+
+    text = ("timestamp, index, power.draw [W]\n"
+            "2024/01/10 12:00:00.000, 0, 100.50 W\n"
+            "2024/01/10 12:00:00.100, 0, 101.25 W\n")
+    plain = load_power(_write(tmp_path, text, "plain.csv"), tz="UTC")
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    packed = tmp_path / "log.csv.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    for p in (bom, packed):
+        got = load_power(p, tz="UTC")
+        assert got.power.power_mw.tolist() == plain.power.power_mw.tolist() == [100500, 101250]
+        assert got.power.t_ns.tolist() == plain.power.t_ns.tolist()
+    broken = tmp_path / "broken.csv.gz"
+    broken.write_bytes(b"\x1f\x8b" + b"\x00" * 40)
+    with pytest.raises(InputError, match="corrupt gzip"):
+        load_power(broken)

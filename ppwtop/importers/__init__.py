@@ -8,6 +8,8 @@ Every importer raises :class:`ppwtop.errors.InputError` for a file it cannot use
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
 from attribution.model import Trace
@@ -29,14 +31,28 @@ def sniff(path: str | Path) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     if head.startswith(GZIP_MAGIC):
+        head = _gzip_head(p, 64)
+        if not head:
+            raise InputError(p, "truncated or corrupt gzip")
+        if not head.lstrip().startswith((b"{", b"[")) and b"," in head:
+            return "smi_csv"  # a gzipped nvidia-smi log
         return "kineto"
-    stripped = head.lstrip()
+    stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if stripped.startswith((b"{", b"[")):
         return "kineto"
     if b"," in head or p.suffix.lower() == ".csv":
         return "smi_csv"
     raise InputError(p, "unknown file format (expected Kineto JSON, nsys SQLite, "
                         "nvidia-smi CSV or a ppwtop recording)")
+
+
+def _gzip_head(p: Path, n: int) -> bytes:
+    """The first ``n`` decompressed bytes of a gzip file (empty where it does not inflate)."""
+    try:
+        with gzip.open(p, "rb") as f:
+            return f.read(n)
+    except (EOFError, OSError, zlib.error):
+        return b""
 
 
 def load_trace(path: str | Path) -> Trace:

@@ -71,7 +71,9 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     """Read an nvidia-smi CSV log; naive timestamps are local time in ``tz`` (see module doc)."""
     p = Path(path)
     try:
-        text = read_bytes(p, gunzip=False).decode("utf-8", errors="strict")
+        # a gzipped log is read through; a byte-order mark (a log saved by a Windows editor)
+        # is not part of the first column's name
+        text = read_bytes(p).decode("utf-8-sig", errors="strict")
     except UnicodeDecodeError:
         raise InputError(p, "not a text CSV file (invalid UTF-8)") from None
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
