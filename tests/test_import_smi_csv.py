@@ -154,7 +154,9 @@ def test_rows_whose_gpu_index_is_no_small_integer_are_skipped(tmp_path: Path) ->
 def test_rows_with_a_value_no_board_reads_are_skipped(tmp_path: Path) -> None:
     # found by fuzzing: a clock-event mask wider than 64 bits raised OverflowError (an
     # internal error), and 1e30 W / inf W were cast into a wrapped int64 reading with a numpy
-    # warning; such rows are unparsable, like a bad value
+    # warning; a row whose power no board reads is unparsable, one whose clock or mask no
+    # board reads keeps its power with that cell unknown (a later audit: one bad clock
+    # column had voided every row of a log)
     p = _write(tmp_path, (
         "timestamp, power.draw [W], clocks.current.sm [MHz], clocks_event_reasons.active\n"
         "2024/01/10 12:00:00.000, 100.0, 1410, 0x0000000000000004\n"
@@ -167,9 +169,14 @@ def test_rows_with_a_value_no_board_reads_are_skipped(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         t = load_smi_csv(p, tz="UTC")
-    assert t.meta["skipped_rows"] == 5
-    assert t.power.power_mw.tolist() == [100000, 106000]
-    assert t.clocks.clock_reasons.tolist() == [4, 0]
+    assert t.meta["skipped_rows"] == 2
+    assert t.power.power_mw.tolist() == [100000, 101000, 102000, 105000, 106000]
+    assert t.clocks.clock_reasons.tolist() == [4, 0, 0, 0, 0]
+    assert t.clocks.sm_mhz.tolist() == [1410, 1410, 1410, -1, 1410]
+    assert sorted(t.meta["notes"]) == [
+        "1 unparsable cell(s) of column clocks.current.sm read as unknown",
+        "2 unparsable cell(s) of column clocks_event_reasons.active read as unknown",
+        "skipped 2 unparsable row(s) of 7"]
 
 
 def test_negative_power_is_a_damaged_row(tmp_path: Path) -> None:

@@ -115,17 +115,23 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
                                                      "clocks.current.memory",
                                                      "temperature.gpu") if c in col]
     power_cols = {c for c, _ in fields}
+    unknown: dict[str, int] = {}  # auxiliary column → cells read as unknown
     for c in numeric:
         v, v_ok = _parse_numbers(column(c))
         values[c] = v
         with np.errstate(invalid="ignore"):
-            ok &= v_ok & ~(np.abs(v) > MAX_VALUE)  # NaN (a missing cell) stays ok
+            bad = ~v_ok | (np.abs(v) > MAX_VALUE)  # NaN (a missing cell) is not bad
+            if c in AUX_COLUMNS:  # a clock or temperature no one can read: unknown, the
+                v[bad] = np.nan   # row's power still good
+                unknown[c] = int(bad.sum())
+                continue
+            ok &= ~bad
             if c in power_cols:  # no board draws negative power: the row is damaged
                 ok &= ~(v < 0)
     reasons: npt.NDArray[np.uint64] | None = None
     if "clocks_event_reasons.active" in col:
         reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
-        ok &= r_ok
+        unknown["clocks_event_reasons.active"] = int((~r_ok).sum())  # read as no reason
     if "index" in values:  # a GPU index: a small non-negative integer (empty: GPU 0)
         idx = values["index"]
         with np.errstate(invalid="ignore"):
@@ -176,12 +182,19 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
         "skipped_rows": skipped,
         POLL_TIME_KEY: POLL_TIME,  # rows are stamped when polled, not when published
     })
-    if skipped:
-        trace.meta["notes"] = [f"skipped {skipped} unparsable row(s) of {len(rows)}"]
+    notes = [f"skipped {skipped} unparsable row(s) of {len(rows)}"] if skipped else []
+    notes += [f"{k} unparsable cell(s) of column {c} read as unknown"
+              for c, k in unknown.items() if k]
+    if notes:
+        trace.meta["notes"] = notes
     return trace
 
 
 # --------------------------------------------------------------------------------------------
+
+
+AUX_COLUMNS = frozenset({"clocks.current.sm", "clocks.current.memory", "temperature.gpu"})
+"""Columns beside the power whose unparsable cells are unknown values, not damaged rows."""
 
 
 def _csv_error(p: Path, reader: Any, e: csv.Error) -> InputError:
