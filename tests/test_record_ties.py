@@ -148,3 +148,29 @@ def test_a_poll_stamped_log_shifted_by_less_than_its_stamps_moves_nothing() -> N
     for f in Trace.BATCH_FIELDS:
         setattr(moved, f, getattr(tr, f).shifted(1))
     _same(attribute(tr, n_boot=10), attribute(moved, n_boot=10))
+
+
+def test_the_live_engine_averages_power_readings_sharing_a_time_too() -> None:
+    """The live view took both rows of a doubled reading as two readings, kept in their
+    order; now their mean, as the batch engine: both orders give one snapshot, the one of
+    the averaged log."""
+    from attribution.engine.live import LiveEngine
+
+    tr = simulate("varied_mix", "a100", 8.0, 1).trace
+    cols = tr.power.columns()
+    twin = dict(cols, power_mw=np.rint(cols["power_mw"] * 1.3).astype(cols["power_mw"].dtype))
+    mean = dict(cols, power_mw=((cols["power_mw"] + twin["power_mw"]) // 2).astype(
+        cols["power_mw"].dtype))
+    both = PowerBatch.concat([tr.power, PowerBatch.from_columns(twin)])
+    now = int(max(tr.kernels.end_ns.max(), tr.power.t_ns.max())) + 2_000_000_000
+    snaps = []
+    for power in (both, both.take(np.arange(len(both))[::-1].copy()),
+                  PowerBatch.from_columns(mean)):
+        eng = LiveEngine(devices=tr.devices, horizon_s=30.0)
+        eng.update(_with(tr, power=power), now)
+        snap = eng.snapshot()
+        assert snap is not None
+        snaps.append(snap)
+    _same(snaps[0], snaps[1])
+    assert snaps[0].totals.active_idle_w == pytest.approx(snaps[2].totals.active_idle_w,
+                                                          rel=1e-3)

@@ -81,6 +81,7 @@ from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
     TAU_GRID_MS,
+    one_per_stamp,
     sensor_model,
     usable,
     window_fractions,
@@ -210,16 +211,13 @@ class DeviceState:
             if self.field is None:
                 return
         m = on & (p.field == int(self.field)) & p.fresh
-        t = p.t_ns[m]
-        w = p.power_mw[m].astype(np.float64) / 1e3
-        ok = np.isfinite(w) & (w >= 0)
-        t, w = t[ok], w[ok]
+        # sorted, the unusable dropped, readings sharing a time averaged (as the batch engine)
+        t, w = one_per_stamp(p.t_ns[m], p.power_mw[m].astype(np.float64) / 1e3)
         if len(self.pend_t):
             keep = t > self.pend_t[-1]
             t, w = t[keep], w[keep]
-        order = np.argsort(t, kind="stable")
-        self.pend_t = np.concatenate([self.pend_t, t[order]])
-        self.pend_w = np.concatenate([self.pend_w, w[order]])
+        self.pend_t = np.concatenate([self.pend_t, t])
+        self.pend_w = np.concatenate([self.pend_w, w])
         if np.isnan(self.period_ms) and len(self.pend_t) > 8:
             rd = _Readings(self.field, self.pend_t, self.pend_w,
                            float(np.median(np.diff(self.pend_t)) / 1e6))

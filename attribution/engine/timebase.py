@@ -134,7 +134,7 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
                 # one slice of every step -- shows no fresh polls where the importer marks
                 # them by a change of value (nvidia-smi logs): every poll is then a reading
                 fresh = m
-        t, w = _one_per_stamp(p.t_ns[fresh], p.power_mw[fresh].astype(np.float64) / 1e3)
+        t, w = one_per_stamp(p.t_ns[fresh], p.power_mw[fresh].astype(np.float64) / 1e3)
         period = float(np.median(np.diff(t)) / 1e6) if len(t) > 1 else float("nan")
         if (trace.meta.get(POLL_TIME_KEY) != POLL_TIME and not by_value) or not len(t):
             return Readings(f, t, w, period, None)
@@ -157,10 +157,10 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
 
-def _one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
+def one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
     """Readings sorted by time, the unusable ones (not finite, negative) dropped and those
     sharing a timestamp (two samplers merged, a log written twice) replaced by their mean:
-    the result does not depend on the rows' order."""
+    the result does not depend on the rows' order (both engines)."""
     ok = np.isfinite(power_w) & (power_w >= 0)
     t_ns, power_w = t_ns[ok], power_w[ok]
     order = np.argsort(t_ns, kind="stable")
