@@ -74,12 +74,21 @@ def hta(path: Path) -> tuple[float, float, float]:
     return float(df["kernel_time(us)"].sum()), float(df["idle_time(us)"].sum()), dt
 
 
-def main(argv: list[str]) -> int:
+def real_traces(argv: list[str]) -> tuple[Path, list[Path]] | None:
+    """The data folder (``argv[0]``, else ``DEFAULT``) and its Kineto traces HTA can read
+    (not the AMD one); None, with a line, where the folder is not there."""
     root = Path(argv[0]) if argv else DEFAULT
     if not root.exists():
         print(f"skip: {root} not found")
+        return None
+    return root, sorted(p for p in root.rglob("*.json.gz") if "amd_trace" not in str(p))
+
+
+def main(argv: list[str]) -> int:
+    found = real_traces(argv)
+    if found is None:
         return 0
-    files = sorted(p for p in root.rglob("*.json.gz") if "amd_trace" not in str(p))
+    root, files = found
     print(f"{'trace':58s} {'HTA idle%':>9s} {'ours idle%':>10s} {'Δidle µs':>10s} "
           f"{'Δspan µs':>9s} {'compat Δidle µs':>15s} {'HTA s':>6s} {'ours s':>6s}")
     for p in files:

@@ -38,9 +38,8 @@ from attribution.snapshot import IDLE_CAUSES
 from ppwtop.importers.kineto import load_kineto
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hta_compare import hta_window  # HTA's last-iteration filter
+from hta_compare import hta_window, real_traces  # HTA's last-iteration filter; the traces
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 KERNEL_WAIT_US = 30
 """HTA's default ``consecutive_kernel_delay`` (its timestamps are µs)."""
 HTA_CATS = ("host_wait", "kernel_wait", "other")
@@ -133,13 +132,13 @@ def _fmt(d: dict[str, float], keys: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[0]) if argv else DEFAULT
-    if not root.exists():
-        print(f"skip: {root} not found")
+    found = real_traces(argv)
+    if found is None:
         return 0
-    files = sorted(p for p in root.rglob("*.json.gz") if "amd_trace" not in str(p))
+    root, files = found
     print("idle ms per cause; HTA per stream (host_wait kernel_wait other), HTA's rule on our "
           "columns, ours per device (launch_gap sync_wait host_stall other)")
+    one_stream: list[tuple[str, Trace]] = []  # their gaps are the device's: crosstab below
     for p in files:
         name = str(p.relative_to(root))[-52:]
         tr = load_kineto(p)
@@ -157,15 +156,13 @@ def main(argv: list[str]) -> int:
         streams = len({(int(a), int(b)) for a, b in zip(*_items(tr)[2:4], strict=True)})
         print(f"{name:52s} {n_dev}d/{streams:<2d}s | {h_txt} | {_fmt(r, HTA_CATS)} | "
               f"{_fmt(o, IDLE_CAUSES)}")
+        if streams == 1:
+            one_stream.append((name, tr))
     print("\none-stream traces, idle ms by (HTA's rule at ns, our cause), the same gaps:")
-    for p in files:
-        tr = load_kineto(p)
-        _s, _e, dev, stream, _c = _items(tr)
-        if len(stream) == 0 or len(set(zip(dev.tolist(), stream.tolist(), strict=True))) != 1:
-            continue
-        cells = crosstab(hta_window(tr))
+    for name, tr in one_stream:
+        cells = crosstab(tr)
         txt = ", ".join(f"{h}→{o} {ms:.2f}" for (h, o), ms in sorted(cells.items()) if ms >= 0.005)
-        print(f"{str(p.relative_to(root))[-52:]:52s} {txt}")
+        print(f"{name:52s} {txt}")
     return 0
 
 
