@@ -26,12 +26,12 @@ from ppwtop.errors import PpwtopError
 DEMO_RUN_S = 120.0  # length of the simulated run the demo replays
 SETTLE_S = 1.0  # live windows end this far behind the newest record (agent flush ~0.1 s)
 MIN_WINDOW_S = 0.5
-MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 86_400.0
-"""--interval's range: a poll loop of 1e-320 s spins, and 1e308 s overflowed the poller's
-wait (its thread died; /metrics served nothing and serve exited 0)."""
 """A live window closes only once it is this long and its end is covered by a power reading:
 records arrive in bursts, and a 26 ms window cut between two readings was attributed with no
 power at all (its kernels' counters got 0 J)."""
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 86_400.0
+"""--interval's range: a poll loop of 1e-320 s spins, and 1e308 s overflowed the poller's
+wait (its thread died; /metrics served nothing and serve exited 0)."""
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
