@@ -36,6 +36,22 @@ class Terminated(KeyboardInterrupt):
         self.exit_code = 128 + int(signum)
 
 
+def _install(signals: tuple[signal.Signals, ...], handler: Any) -> dict[int, Any]:
+    """``handler`` for each of ``signals`` that is not ignored (SIGHUP under ``nohup`` stays
+    ignored; a handler set outside Python, None, is left alone); the handlers it replaced."""
+    old: dict[int, Any] = {}
+    for sig in signals:
+        current = signal.getsignal(sig)
+        if current is not None and current is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def _restore(old: dict[int, Any]) -> None:
+    for signum, handler in old.items():
+        signal.signal(signum, handler)
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(signal.Signals(signum))
 
@@ -48,18 +64,13 @@ def terminate_ends_session() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old: dict[int, Any] = {}
-    for sig in ENDING_SIGNALS:
-        current = signal.getsignal(sig)
-        if current is not None and current is not signal.SIG_IGN:
-            old[sig] = signal.signal(sig, _raise_terminated)
+    old = _install(ENDING_SIGNALS, _raise_terminated)
     _installed.update(old)
     try:
         yield
     finally:
         _installed.difference_update(old)
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
+        _restore(old)
 
 
 def reinstall_terminate_handlers() -> None:
@@ -83,16 +94,11 @@ def deferred_interrupts() -> Iterator[None]:
     def hold(signum: int, frame: Any) -> None:
         got.append(signum)
 
-    old: dict[int, Any] = {}
-    for sig in HELD_SIGNALS:
-        current = signal.getsignal(sig)
-        if current is not None and current is not signal.SIG_IGN:
-            old[sig] = signal.signal(sig, hold)
+    old = _install(HELD_SIGNALS, hold)
     try:
         yield
     finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
+        _restore(old)
         if got:
             signal.raise_signal(got[0])  # acted on now, as it would have been then
 
