@@ -320,7 +320,8 @@ def _checked(where: str, kind: str, v: Any) -> Any:
     if v is None and optional:
         return None
     if base == "float" and _number(v):
-        f = float(v) if isinstance(v, float) or abs(v) < 2**333 else math.inf
+        # an int past FLOAT_MAX is refused before float() (which overflows on 10**400)
+        f = float(v) if isinstance(v, float) or abs(v) <= FLOAT_MAX else math.inf
         if not -FLOAT_MAX <= f <= FLOAT_MAX:  # also false for nan
             raise ValueError(f"{where} is {str(v)[:40]!r}: not a finite number of sane size")
         if f < 0 and where in _NON_NEGATIVE:
