@@ -214,7 +214,7 @@ def _plain_gaps(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w0: int, 
         gs[-1] = min(max(gs[-1], w0), w1)
         gs[0], ge[-1] = w0, w1
         # of the items tied at a segment's start, the largest correlation id
-        nc = np.r_[[max(int(c[i]) for i in range(f, len(s)) if s[i] == s[f]) for f in first],
+        nc = np.r_[[c[f:np.searchsorted(s, s[f], side="right")].max() for f in first],
                    -1].astype(np.int64)
     keep = np.ones(len(gs), bool)
     keep[0] = ge[0] > gs[0]

@@ -5,6 +5,8 @@ fails on the engine before its fix)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -73,15 +75,6 @@ def test_a_gap_ended_by_items_starting_together_has_one_cause_in_any_order(
     assert causes == ["launch_gap", "launch_gap"]
 
 
-def _with(tr: Trace, **batches: object) -> Trace:
-    return Trace(strings=tr.strings, kernels=tr.kernels, copies=tr.copies,
-                 memsets=tr.memsets, apis=tr.apis, markers=tr.markers,
-                 power=batches.get("power", tr.power),  # type: ignore[arg-type]
-                 energy=batches.get("energy", tr.energy),  # type: ignore[arg-type]
-                 clocks=batches.get("clocks", tr.clocks),  # type: ignore[arg-type]
-                 devices=tr.devices, meta=dict(tr.meta))
-
-
 def _same(a: Snapshot, b: Snapshot) -> None:
     assert a.totals.active_idle_w == pytest.approx(b.totals.active_idle_w, rel=1e-9)
     assert ([k.dynamic_energy_j for k in a.kernels]
@@ -98,11 +91,12 @@ def test_power_readings_sharing_a_time_are_averaged_in_any_order() -> None:
     twin["power_mw"] = (twin["power_mw"] * 1.3).astype(twin["power_mw"].dtype)
     both = PowerBatch.concat([tr.power, PowerBatch.from_columns(twin)])
     rev = both.take(np.arange(len(both))[::-1].copy())
-    r = readings_for(_with(tr, power=both), 0)
+    r = readings_for(dataclasses.replace(tr, power=both), 0)
     assert np.all(np.diff(r.t_ns) > 0)
     one = readings_for(tr, 0)
     assert r.power_w == pytest.approx(one.power_w * 1.15, rel=2e-3)
-    _same(attribute(_with(tr, power=both), n_boot=10), attribute(_with(tr, power=rev), n_boot=10))
+    _same(attribute(dataclasses.replace(tr, power=both), n_boot=10),
+          attribute(dataclasses.replace(tr, power=rev), n_boot=10))
 
 
 def test_clock_samples_sharing_a_time_clamp_if_any_does_in_any_order() -> None:
@@ -112,8 +106,8 @@ def test_clock_samples_sharing_a_time_clamp_if_any_does_in_any_order() -> None:
     c["clock_reasons"] = np.where(clamped, 1, CLOCK_REASON_SW_POWER_CAP).astype(np.uint64)
     both = ClockBatch.concat([tr.clocks, ClockBatch.from_columns(c)])
     perm = np.random.default_rng(7).permutation(len(both))
-    _same(attribute(_with(tr, clocks=both), n_boot=10),
-          attribute(_with(tr, clocks=both.take(perm)), n_boot=10))
+    _same(attribute(dataclasses.replace(tr, clocks=both), n_boot=10),
+          attribute(dataclasses.replace(tr, clocks=both.take(perm)), n_boot=10))
 
 
 def test_a_counter_that_goes_back_is_not_a_closure_reference() -> None:
@@ -122,7 +116,7 @@ def test_a_counter_that_goes_back_is_not_a_closure_reference() -> None:
     c = {k: v.copy() for k, v in tr.energy.columns().items()}
     half = len(c["energy_mj"]) // 2
     c["energy_mj"][half:] -= c["energy_mj"][half] - 10
-    reset = _with(tr, energy=EnergyBatch.from_columns(c))
+    reset = dataclasses.replace(tr, energy=EnergyBatch.from_columns(c))
     lo, hi = int(tr.kernels.start_ns.min()), int(tr.kernels.end_ns.max())
     assert not went_back(tr, 0, lo, hi) and counter_energy_j(tr, 0, lo, hi) is not None
     assert went_back(reset, 0, lo, hi) and counter_energy_j(reset, 0, lo, hi) is None
@@ -167,7 +161,7 @@ def test_the_live_engine_averages_power_readings_sharing_a_time_too() -> None:
     for power in (both, both.take(np.arange(len(both))[::-1].copy()),
                   PowerBatch.from_columns(mean)):
         eng = LiveEngine(devices=tr.devices, horizon_s=30.0)
-        eng.update(_with(tr, power=power), now)
+        eng.update(dataclasses.replace(tr, power=power), now)
         snap = eng.snapshot()
         assert snap is not None
         snaps.append(snap)
