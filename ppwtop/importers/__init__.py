@@ -78,8 +78,8 @@ def import_notes(path: str | Path, trace: Trace) -> list[str]:
     or corrupt part-way) and what a late-attach recording cannot hold, as warnings naming
     the file: every command that reads one says them (``attribute``, ``replay``,
     ``export``)."""
-    raw = trace.meta.get("notes")
-    notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
+    notes = list(trace.meta.get("notes") or [])  # text: the importers and the recording
+    # reader (which drops a crafted file's other notes, with a note) keep them so
     missing = trace.meta.get("late_attach_missing") if trace.meta.get("late_attach") else None
     if missing:  # a list of str as ppwtop writes it; anything else (a crafted file) as text
         what = missing if isinstance(missing, list) else [missing]
