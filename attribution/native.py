@@ -172,3 +172,12 @@ def window_block(parts: list[tuple[F64, F64, F64]], t_ns: I64, cols_ns: I64, hi:
                         np.ascontiguousarray(cols_ns, np.int64), np.ascontiguousarray(hi, np.int64),
                         np.ascontiguousarray(lo, np.int64), float(window_s), int(origin_ns), out)
     return out
+
+
+def first_order(b0: float, a: float, x: F64) -> F64:
+    """``scipy.signal.lfilter([b0], [1, -a], x)`` of a 1-D float64 ``x``, same bits: the
+    simulator's recursion (reference and fallback: ``attribution.sim.first_order``)."""
+    xs = np.ascontiguousarray(x, np.float64)
+    out = np.empty(len(xs), np.float64)
+    _lib().first_order(float(b0), float(a), xs, out)
+    return out

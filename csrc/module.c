@@ -45,6 +45,7 @@ static PyMethodDef methods[] = {
      "stall_ns, sync_cover, cause_out)"},
     {"share_serial", ppw_share_serial, METH_VARARGS,
      "share_serial(start_ns, end_ns, order, origin_ns, out) -> bool"},
+    {"first_order", ppw_first_order, METH_VARARGS, "first_order(b0, a, x, out)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,5 +31,6 @@ PyObject *ppw_union_gaps(PyObject *self, PyObject *args);
 PyObject *ppw_issue_ends(PyObject *self, PyObject *args);
 PyObject *ppw_gap_causes(PyObject *self, PyObject *args);
 PyObject *ppw_share_serial(PyObject *self, PyObject *args);
+PyObject *ppw_first_order(PyObject *self, PyObject *args);
 
 #endif

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from attribution import native
 from attribution.engine import attribute_arrays, build_snapshot
 from attribution.engine.activity import BusyFunction, _knots
-from attribution.sim import simulate
+from attribution.sim import first_order, simulate
 
 
 def test_the_extension_is_built_where_it_must_be() -> None:
@@ -365,4 +365,40 @@ def test_window_fractions_both_ways(seed: int, n_items: int, n_readings: int,
         native.use(on)
         bf = BusyFunction(start, end, group, 3, origin_ns=int(start[0]) - 999)
         got[on] = [x.tobytes() for x in iter_window_fractions(bf, t, 25.0, specs, spread_ns=sp)]
+    assert got[True] == got[False]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**31), st.integers(0, 3000),
+       st.sampled_from([0.0, 1e-12, 0.37, 0.999_975, 1.0, 1.5, -0.6]), st.booleans())
+def test_first_order_is_lfilter(seed: int, n: int, a: float, odd: bool) -> None:
+    """The simulator's recursion gives lfilter's bits, signed zeros and non-finite values
+    included, for every pole the simulator uses and a few it does not."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 50.0, n)
+    if odd and n:
+        picks = rng.integers(0, n, 6)
+        x[picks] = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan, 1e300], 6)
+    got = first_order.first_order(1.0 - a, a, x)
+    want = first_order.reference(1.0 - a, a, x)
+    assert got.dtype == np.float64 and got.shape == x.shape
+    assert got.view(np.int64).tobytes() == want.view(np.int64).tobytes()
+
+
+def test_first_order_rejects_a_wrong_length_out() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        native._lib().first_order(0.5, 0.5, np.zeros(4), np.zeros(3))
+
+
+@pytest.mark.parametrize(("scenario", "gpu"), [("clamp_episode", "rtx4090"), ("demo", "v100")])
+def test_simulator_same_bits_both_ways(scenario: str, gpu: str) -> None:
+    """The simulator's board power, sensor readings and temperatures do not depend on
+    whether the compiled recursion or scipy's lfilter ran them."""
+    got = {}
+    for on in (False, True):
+        native.use(on)
+        run = simulate(scenario=scenario, gpu=gpu, seconds=4.0, seed=5)
+        got[on] = (run.trace.power.power_mw.tobytes(), run.trace.power.t_ns.tobytes(),
+                   run.trace.energy.energy_mj.tobytes(), run.trace.clocks.temp_c.tobytes(),
+                   run.true_power[1].tobytes())
     assert got[True] == got[False]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.signal import lfilter
 
 from attribution.model import F64, I64
+from attribution.sim.first_order import first_order
 
 GRID_DT_NS = 500_000
 """Grid resolution of the true power (0.5 ms)."""
@@ -89,7 +89,7 @@ def respond(dyn_w: F64, resp: Response, dt_ns: int = GRID_DT_NS) -> F64:
             continue
         a = float(np.exp(-dt_ms / tau))
         c = tau / dt_ms * (1.0 - a)
-        s_next = np.asarray(lfilter([1.0 - a], [1.0, -a], x), dtype=np.float64)
+        s_next = first_order(1.0 - a, a, x)
         s_now = np.concatenate([[0.0], s_next[:-1]])
         out += w * (x + (s_now - x) * c)
     return out

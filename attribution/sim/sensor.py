@@ -12,7 +12,6 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
-from scipy.signal import lfilter
 
 from attribution.model import (
     CLOCK_REASON_GPU_IDLE,
@@ -24,6 +23,7 @@ from attribution.model import (
     PowerField,
 )
 from attribution.presets import GpuPreset, SensorModel
+from attribution.sim.first_order import first_order
 from attribution.sim.power import cumulative_j, integral_j
 
 MS = 1_000_000
@@ -135,7 +135,7 @@ def ou_series(n: int, sd: float, step_over_tau: float, rng: np.random.Generator)
     c = float(np.exp(-step_over_tau))
     shocks = rng.normal(0.0, sd * np.sqrt(1.0 - c * c), n)
     shocks[0] = rng.normal(0.0, sd)
-    return np.asarray(lfilter([1.0], [1.0, -c], shocks), np.float64)
+    return first_order(1.0, c, shocks)
 
 
 CLOCK_WANDER_MS = (8.0, 60.0, 5.0)
@@ -211,7 +211,7 @@ def clocks(preset: GpuPreset, power_w: F64, grid_t0_ns: int, span: tuple[int, in
     alpha = 1.0 - np.exp(-CLOCK_READ_MS / 20_000.0)
     level = 30.0 + 0.09 * mean_w[0] if n else 0.0
     x = 30.0 + 0.09 * mean_w
-    temp = np.asarray(lfilter([alpha], [1.0, -(1.0 - alpha)], x - level), dtype=np.float64) + level
+    temp = first_order(float(alpha), 1.0 - float(alpha), x - level) + level
     return ClockBatch.from_columns({
         "t_ns": t, "device": np.zeros(n), "sm_mhz": sm, "mem_mhz": np.full(n, mem),
         "temp_c": temp, "clock_reasons": reasons})

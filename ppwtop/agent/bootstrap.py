@@ -109,7 +109,9 @@ def from_env() -> None:
 
 def attach_entry(socket_path: str, backend: str) -> None:
     """Start the agent in a running process (late attach); returns once the agent's imports
-    are done (about a second: numpy, and scipy for the simulator's fake).
+    are done (0.3–0.4 s here with the simulator's fake: numpy, cupti-python's record
+    layouts, the simulator; about a second where the compiled recursion is not built and the
+    simulator falls back to scipy.signal).
 
     The connection, handshake and collector start happen on a thread, so the injector's
     call is not held for the session.  The handshake says ``late_attach: true``: records of

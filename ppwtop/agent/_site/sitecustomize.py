@@ -2,9 +2,9 @@
 any other ``sitecustomize`` on the path and then starts the agent from PPWTOP_* variables.
 
 It never stops the target from starting: any failure is one ``ppwtop agent:`` line on stderr.
-Ctrl-C while it runs (the simulator's setup takes seconds) ends the program as SIGINT ends
-one that has no handler yet, with one line instead of Python's "Fatal Python error:
-init_import_site" dump: an exception cannot leave ``sitecustomize`` cleanly.
+Ctrl-C while it runs (the simulator's setup takes ~0.4 s, longer on a loaded machine) ends
+the program as SIGINT ends one that has no handler yet, with one line instead of Python's
+"Fatal Python error: init_import_site" dump: an exception cannot leave ``sitecustomize`` cleanly.
 """
 
 import os as _os
