@@ -64,16 +64,50 @@ def test_no_usable_reading_idles_at_the_board_value() -> None:
 
 
 def test_a_field_with_no_usable_reading_at_all_is_times_only_and_says_so() -> None:
-    """Every reading negative (a damaged recording; the CSV importer skips such rows): no
-    power information at all, so energies are 0 and the warning says that -- it used to say
-    idle ran at the board's active idle while the snapshot held 0 J."""
+    """Every reading negative or past any board's draw (a damaged recording; the CSV importer
+    skips negative rows): no power information at all, so energies are 0 and the warning says
+    that -- it used to say idle ran at the board's active idle while the snapshot held 0 J."""
     trace = simulate(scenario="varied_mix", gpu="a100", seconds=5.0, seed=1).trace
     c = trace.power.columns()
-    c["power_mw"] = -np.abs(c["power_mw"]) - 1
+    c["power_mw"] = np.where(np.arange(len(c["power_mw"])) % 2 == 0,
+                             -np.abs(c["power_mw"]) - 1, 6_000_000)
     snap = attribute(dataclasses.replace(trace, power=PowerBatch.from_columns(c)), n_boot=20)
     assert snap.totals.energy_j == 0.0 and snap.totals.active_idle_w == 0.0
     (line,) = [w for w in snap.warnings if "no usable power reading" in w]
     assert "at all" in line and "energies are 0" in line and "board's" not in line
+    assert "over 5000 W" in line
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_implausible_readings_are_dropped_and_counted(live: bool) -> None:
+    """Three readings of 9·10⁸ W among good ones (a damaged row, mW read as W): dropped as the
+    negative ones are, with a line counting them; the snapshot is the one without them (it
+    was a 4 GJ snapshot).  The same readings at 4 kW, below the bound, are kept."""
+    trace = simulate(scenario="varied_mix", gpu="a100", seconds=10.0, seed=1).trace
+    p = trace.power
+    picks = np.flatnonzero(p.fresh)[[40, 150, 250]]
+    keep = np.ones(len(p), bool)
+    keep[picks] = False
+    clean = dataclasses.replace(trace, power=p.take(keep))
+
+    def damaged(mw: int) -> Trace:
+        c = p.columns()
+        c["power_mw"] = c["power_mw"].copy()
+        c["power_mw"][picks] = mw
+        return dataclasses.replace(trace, power=PowerBatch.from_columns(c))
+
+    def run(tr: Trace) -> Any:
+        if live:
+            return drive(tr, LiveEngine(devices=tr.devices, horizon_s=30.0, n_boot=20))
+        return attribute(tr, n_boot=20)
+
+    ref, got, kept = run(clean), run(damaged(900_000_000_000)), run(damaged(4_000_000))
+    assert got is not None and ref is not None and kept is not None
+    assert got.totals.energy_j == pytest.approx(ref.totals.energy_j, rel=1e-9)
+    (line,) = [w for w in got.warnings if "over 5000 W dropped" in w]
+    assert line.startswith("3 power reading(s)")
+    assert not any("over 5000 W" in w for w in (*ref.warnings, *kept.warnings))
+    assert kept.totals.energy_j > ref.totals.energy_j * 1.01
 
 
 def test_live_with_no_reading_in_its_horizon_idles_at_the_board_value() -> None:

@@ -339,12 +339,14 @@ def test_real_traces_export_valid(path: Path, tmp_path: Path) -> None:
                            strict=True)}
 
 
-def test_power_split_drops_negative_readings_as_the_engine_does() -> None:
-    """Every other reading damaged to -100 W: the split integrates the good 100 W ones
-    (before: it integrated the negative ones too, and a log of them gave negative J)."""
+@pytest.mark.parametrize("damaged_mw", [-100_000, 900_000_000_000])
+def test_power_split_drops_damaged_readings_as_the_engine_does(damaged_mw: int) -> None:
+    """Every other reading damaged to -100 W or 9·10⁸ W: the split integrates the good 100 W
+    ones (before: it integrated the damaged ones too, and a log of negative ones gave
+    negative J, one of 9·10⁸ W gigajoules)."""
     tr = make_trace()
     mw = tr.power.power_mw.copy()
-    mw[1::2] = -100_000
+    mw[1::2] = damaged_mw
     cols = tr.power.columns()
     cols["power_mw"] = mw
     tr = dataclasses.replace(tr, power=PowerBatch(**cols))

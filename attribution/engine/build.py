@@ -92,6 +92,7 @@ from attribution.engine.tail import (
 )
 from attribution.engine.timebase import (
     DEFAULT_LAG,
+    MAX_BOARD_POWER_W,
     MIN_LAG_READINGS,
     LagMatrices,
     Readings,
@@ -99,6 +100,8 @@ from attribution.engine.timebase import (
     fit_lag,
     fit_lag_response,
     fit_slow_response,
+    implausible_readings,
+    implausible_warning,
     readings_for,
     sensor_model,
     usable,
@@ -684,10 +687,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
             warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
     elif len(y) == 0 and not len(rd.power_w):
-        # a field whose every reading was unusable (negative, not finite): as no power at all
+        # a field whose every reading was unusable (negative, not finite, implausible): as
+        # no power at all
         warnings.append(f"GPU {device}: no usable power reading at all (every "
-                        f"{rd.field.label} reading negative or not finite); energies are 0 "
-                        "(times only)")
+                        f"{rd.field.label} reading negative, not finite or over "
+                        f"{MAX_BOARD_POWER_W:.0f} W); energies are 0 (times only)")
     elif len(y) == 0:
         warnings.append(
             f"GPU {device}: no usable power reading inside the trace window ({len(rd.t_ns)} "
@@ -1086,6 +1090,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     trace, backwards = forward_items(trace)
     if backwards:
         warnings.append(backwards_warning(backwards))
+    implausible = implausible_readings(trace.power)
+    if implausible:
+        warnings.append(implausible_warning(implausible))
     win = trace_window(trace)
     if win is None:
         if len(trace.power):

@@ -81,6 +81,8 @@ from attribution.engine.timebase import (
     FIELD_PREFERENCE,
     LAG_GRID_MS,
     TAU_GRID_MS,
+    implausible_readings,
+    implausible_warning,
     one_per_stamp,
     sensor_model,
     usable,
@@ -260,6 +262,7 @@ class LiveEngine:
         # launches whose items have not come: time is settled no further than the earliest
         self.pending = PendingLaunches()
         self.backwards_items = 0  # GPU items received ending before they start (read as 0 long)
+        self.implausible_readings = 0  # power readings received over MAX_BOARD_POWER_W
         self.held_by_launch = False  # the last update settled short of now − settle for one
 
     # ------------------------------------------------------------------ input
@@ -279,6 +282,7 @@ class LiveEngine:
         self.now_ns = now_ns
         delta, backwards = forward_items(delta)
         self.backwards_items += backwards
+        self.implausible_readings += implausible_readings(delta.power)
         devs = np.unique(np.concatenate([delta.kernels.device, delta.copies.device,
                                          delta.memsets.device, delta.power.device]))
         for d in devs[devs >= 0].tolist():
@@ -634,6 +638,8 @@ class LiveEngine:
             lines.append(lost)
         if self.backwards_items:
             lines.append(backwards_warning(self.backwards_items))
+        if self.implausible_readings:
+            lines.append(implausible_warning(self.implausible_readings))
         if lines:
             snap = dataclasses.replace(snap, warnings=(*lines, *snap.warnings))
         return snap

@@ -17,7 +17,17 @@ import numpy as np
 
 from attribution.engine import publish_grid
 from attribution.engine.stepping import finish
-from attribution.model import F64, I32, I64, POLL_TIME, POLL_TIME_KEY, B, PowerField, Trace
+from attribution.model import (
+    F64,
+    I32,
+    I64,
+    POLL_TIME,
+    POLL_TIME_KEY,
+    B,
+    PowerBatch,
+    PowerField,
+    Trace,
+)
 from attribution.presets import GpuPreset
 
 FIELD_PREFERENCE = (PowerField.INSTANT, PowerField.DRAW, PowerField.SAMPLES, PowerField.METER,
@@ -54,6 +64,13 @@ SLOW_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 SLOW_LAG_SPAN_MS = 6.0
 SPREAD_POINTS = 4
 """Publish times averaged over, evenly inside each reading's spread."""
+MAX_BOARD_POWER_W = 5_000.0
+"""The most a power reading may claim.  No GPU board draws near it: the largest, in 2026, are
+rated 1.0–1.4 kW (B200 1 000 W, GB200 1 200 W a GPU, MI355X 1 400 W).  A reading above it is a
+damaged row, a unit mix-up (mW read as W) or an error code read as a value; both engines drop
+it as they drop negative and non-finite ones, and the snapshot says how many
+(:func:`implausible_warning`): one such reading of 9·10⁸ W used to make a 4 GJ snapshot."""
+
 MIN_FRESH = 8
 """With fewer fresh readings than this in a field, every poll of it counts as a reading
 (unless its value changes as a sensor's would: :data:`REPEATS_SHARE`)."""
@@ -158,10 +175,11 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
 
 
 def one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
-    """Readings sorted by time, the unusable ones (not finite, negative) dropped and those
-    sharing a timestamp (two samplers merged, a log written twice) replaced by their mean:
-    the result does not depend on the rows' order (both engines)."""
-    ok = np.isfinite(power_w) & (power_w >= 0)
+    """Readings sorted by time, the unusable ones (not finite, negative, over
+    :data:`MAX_BOARD_POWER_W`) dropped and those sharing a timestamp (two samplers merged, a
+    log written twice) replaced by their mean: the result does not depend on the rows' order
+    (both engines)."""
+    ok = np.isfinite(power_w) & (power_w >= 0) & (power_w <= MAX_BOARD_POWER_W)
     t_ns, power_w = t_ns[ok], power_w[ok]
     order = np.argsort(t_ns, kind="stable")
     t_ns, power_w = t_ns[order], power_w[order]
@@ -170,6 +188,17 @@ def one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
     first = np.flatnonzero(np.r_[True, t_ns[1:] > t_ns[:-1]])
     count = np.diff(np.r_[first, len(t_ns)])
     return t_ns[first], np.add.reduceat(power_w, first) / count
+
+
+def implausible_readings(power: PowerBatch) -> int:
+    """How many of ``power``'s readings claim more than :data:`MAX_BOARD_POWER_W`."""
+    return int(np.count_nonzero(power.power_mw > MAX_BOARD_POWER_W * 1e3))
+
+
+def implausible_warning(n_readings: int) -> str:
+    """The snapshot line for the readings :func:`one_per_stamp` dropped as implausible."""
+    return (f"{n_readings} power reading(s) over {MAX_BOARD_POWER_W:.0f} W dropped (no GPU "
+            "board draws that much: damaged rows, a unit mix-up or an error code)")
 
 
 def _value_changes(t_ns: I64, power_mw: I64, m: B) -> B:

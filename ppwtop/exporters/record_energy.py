@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from attribution.engine.build import attribute_arrays, trace_window
+from attribution.engine.timebase import MAX_BOARD_POWER_W
 from attribution.idle import idle_intervals
 from attribution.model import F64, I64, CopyKind, MemKind, PowerField, Trace
 from attribution.snapshot import IDLE_CAUSES, Snapshot
@@ -172,7 +173,8 @@ def _board_energy(trace: Trace) -> dict[int, Callable[[I64], F64]] | None:
     if len(p) == 0:
         return None
     out: dict[int, Callable[[I64], F64]] = {}
-    usable = p.power_mw >= 0  # as the engine: no board draws negative power (a damaged row)
+    # as the engine: no board draws negative power or more than MAX_BOARD_POWER_W (damage)
+    usable = (p.power_mw >= 0) & (p.power_mw <= MAX_BOARD_POWER_W * 1e3)
     for dev in np.unique(p.device[usable]).tolist():
         on_dev = usable & (p.device == dev)
         fields = set(p.field[on_dev].tolist())
