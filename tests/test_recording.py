@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import subprocess
+import sys
 import tracemalloc
 import zlib
 from collections.abc import Callable
@@ -313,10 +315,13 @@ def test_disk_full_raises_recording_full_and_keeps_what_was_written(
     assert isinstance(info.value, PpwtopError)
     assert "disk full" in str(info.value) and str(path) in str(info.value)
     monkeypatch.setattr("ppwtop.recording.writer.os.write", real_write)
-    assert os.path.getsize(path) == w.bytes_written  # the partial chunk was cut off again
+    # the partial chunk stays (the file never shrinks under a reader's mapping); readers
+    # drop it as a truncated last chunk
+    assert os.path.getsize(path) > w.bytes_written
     t = read_recording(path)
     assert len(t.kernels) == kept > 0
     assert t.meta["complete"] is False
+    assert any(f"last chunk (from byte {w.bytes_written}) dropped" in n for n in t.meta["notes"])
     with pytest.raises(RecordingFull):
         w.write_batch("kernels", random_batch(KernelBatch, 1, rng, 0))
     w.close()  # no end chunk after a failure, and no error
@@ -351,6 +356,126 @@ def test_interrupt_mid_chunk_leaves_a_valid_file_and_writer_can_go_on(
     t = read_recording(path)
     assert t.meta["complete"] is True and "notes" not in t.meta
     assert_batches_equal(t.kernels, KernelBatch.concat([b1, b3]))
+
+
+def test_an_interrupted_chunk_is_overwritten_and_its_stale_tail_cut_at_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long chunk interrupted half-way, then a short one: the short one overwrites the
+    start of the partial chunk.  Killed before the close, the file reads up to the short
+    chunk (the stale bytes after it stop the reader); closed, the stale tail is cut off."""
+    rng = np.random.default_rng(7)
+    b1, b2, b3 = (random_batch(KernelBatch, k, rng, 0) for k in (20, 400, 3))
+    real_write = os.write
+
+    budget = {"bytes": sum(memoryview(p).nbytes
+                           for p in fmt.batch_chunk_parts("kernels", b2)) // 2}
+
+    def interrupted(fd: int, data: Any) -> int:  # half the chunk out, then Ctrl-C
+        mv = memoryview(data).cast("B")[: budget["bytes"]]
+        budget["bytes"] -= real_write(fd, mv)
+        if budget["bytes"] == 0:
+            raise KeyboardInterrupt
+        return len(mv)
+
+    path = tmp_path / "stale.ppw"
+    w = RecordingWriter(path, {}, [])
+    w.write_batch("kernels", b1)
+    with monkeypatch.context() as m:
+        m.setattr("ppwtop.recording.writer.os.write", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            w.write_batch("kernels", b2)
+    stale_end = os.path.getsize(path)
+    w.write_batch("kernels", b3)
+    assert os.path.getsize(path) == stale_end > w.bytes_written  # overwritten, not cut
+    t = read_recording(path)  # as a crash here would leave it
+    assert_batches_equal(t.kernels, KernelBatch.concat([b1, b3]))
+    assert t.meta["complete"] is False
+    assert any(f"corrupt at byte {w.bytes_written}" in n for n in t.meta["notes"])
+    w.close()
+    assert os.path.getsize(path) == w.bytes_written
+    t = read_recording(path)
+    assert t.meta["complete"] is True and "notes" not in t.meta
+    assert_batches_equal(t.kernels, KernelBatch.concat([b1, b3]))
+
+
+def test_an_interrupt_after_the_whole_chunk_was_written_keeps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing after the last byte went out: the chunk is on disk whole, so it
+    counts (it used to be cut off, under any reader that had already read it)."""
+    rng = np.random.default_rng(8)
+    b1, b2 = (random_batch(KernelBatch, 20, rng, 0) for _ in range(2))
+    real_write = os.write
+    left = {"bytes": sum(memoryview(p).nbytes for p in fmt.batch_chunk_parts("kernels", b2))}
+
+    def late(fd: int, data: Any) -> int:
+        k = real_write(fd, data)
+        left["bytes"] -= k
+        if left["bytes"] == 0:  # the chunk's last byte is out
+            raise KeyboardInterrupt
+        return k
+
+    path = tmp_path / "late.ppw"
+    with RecordingWriter(path, {}, []) as w:
+        w.write_batch("kernels", b1)
+        chunks = w.chunks_written
+        with monkeypatch.context() as m:
+            m.setattr("ppwtop.recording.writer.os.write", late)
+            with pytest.raises(KeyboardInterrupt):
+                w.write_batch("kernels", b2)
+        assert w.chunks_written == chunks + 1 and w.bytes_written == os.path.getsize(path)
+    t = read_recording(path)
+    assert t.meta["complete"] is True
+    assert_batches_equal(t.kernels, KernelBatch.concat([b1, b2]))
+
+
+_LIVE_READER = """
+import errno, mmap, os, sys
+import numpy as np
+from ppwtop.recording import RecordingReader, RecordingWriter
+from ppwtop.recording import writer as wmod
+path, how = sys.argv[1], sys.argv[2]
+w = RecordingWriter(path, {}, [])
+# a meta chunk that brings the file's good end onto a page boundary
+need = -w.bytes_written % mmap.PAGESIZE
+need += mmap.PAGESIZE if need < 64 else 0
+w.write_meta({"pad": "y" * (need - 16 - 19)})
+assert w.bytes_written % mmap.PAGESIZE == 0
+real_write = os.write
+readers = []
+
+def cut(fd, data):  # the chunk's prefix and half its payload out, a reader maps the file,
+    mv = memoryview(data).cast("B")  # then the write fails
+    if len(mv) == 16:
+        return real_write(fd, mv)
+    real_write(fd, mv[: len(mv) // 2])
+    readers.append(RecordingReader(path))
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+wmod.os.write = cut
+try:
+    w.write_meta({"big": "z" * 3 * mmap.PAGESIZE})
+except (KeyboardInterrupt, wmod.RecordingFull):
+    pass
+wmod.os.write = real_write
+kinds = [k for k, _ in readers[0].chunks()]
+print(kinds, readers[0].notes)
+w.close()
+"""
+
+
+@pytest.mark.parametrize("how", ["interrupt", "disk_full"])
+def test_a_reader_mapping_a_live_recording_survives_a_failed_chunk(tmp_path: Path,
+                                                                   how: str) -> None:
+    """A reader maps the file while a chunk is half written; the write then fails.  The
+    writer used to cut the partial chunk off at a page boundary, under the reader's mapping:
+    the reader died of SIGBUS (no message).  Now the file does not shrink while written and
+    the reader drops the partial chunk."""
+    r = subprocess.run([sys.executable, "-c", _LIVE_READER, str(tmp_path / "live.ppw"), how],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "['meta']" in r.stdout and "last chunk (from byte" in r.stdout
 
 
 # ------------------------------------------------------------------------------------------

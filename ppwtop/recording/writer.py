@@ -3,7 +3,8 @@
 Owns the file side of recording: every chunk goes to the OS with ``os.write`` as soon as it
 is appended (no user-space buffer), so a crash or Ctrl-C loses at most the chunk being
 written; ``fsync=True`` also makes each chunk durable against power loss.  A full disk raises
-:class:`RecordingFull` with everything already written left in place.
+:class:`RecordingFull` with everything already written left in place.  The file never shrinks
+while it is written (a reader may have it mapped: :meth:`RecordingWriter._write_parts`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class RecordingWriter:
         self._failed = False
         self._ended = False
         self._good_end = 0
+        self._tail_end = 0  # the furthest an interrupted chunk reached (see _write_parts)
         header = {
             "format": fmt.FORMAT_NAME,
             "ppwtop_version": __version__,
@@ -186,6 +188,7 @@ class RecordingWriter:
                     "end_ns": time.time_ns(), "chunks": self._chunks, "rows": self._rows,
                     "strings": self._n_strings}))
                 self._ended = True
+                self._cut_stale_tail()
                 if self._fsync:
                     os.fsync(self._fd)
         finally:
@@ -204,11 +207,21 @@ class RecordingWriter:
     # -- internals ----------------------------------------------------------------------------
 
     def _write_parts(self, parts: Sequence[bytes | memoryview], chunk: bool = True) -> None:
+        """Write one chunk (or the header) whole, or leave the file a valid prefix plus at
+        most a partial chunk after it.
+
+        The file never shrinks while it is being written: another process may have it mapped
+        (``replay`` or ``attribute`` on a live recording), and a page cut off under a mapping
+        kills that reader with SIGBUS.  A partial chunk left by an interrupt is overwritten
+        by the next chunk (and whatever of it outlasts the end chunk cut off at
+        :meth:`close`); one left by a failed write stays, and readers drop it as a
+        truncated last chunk."""
         if self._closed:
             raise ValueError("recording is closed")
         if self._failed:
             raise RecordingFull(self.path, "disk full: recording stopped earlier, "
                                            f"{self._good_end} bytes kept")
+        total = sum(memoryview(p).nbytes for p in parts)
         try:
             for p in parts:
                 mv = memoryview(p).cast("B")
@@ -216,22 +229,23 @@ class RecordingWriter:
                     k = os.write(self._fd, mv)
                     mv = mv[k:]
         except OSError as e:
-            self._failed = True
-            # drop the partial chunk (what was complete stays); if even that fails, the
-            # reader drops a partial last chunk anyway
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self._good_end)
+            self._failed = True  # the partial chunk stays: see the docstring
             if e.errno in _FULL_ERRNOS:
                 raise RecordingFull(self.path, f"disk full while recording ({e.strerror}): "
                                     f"kept the first {self._good_end} bytes "
                                     f"({self._chunks} chunks)") from None
             raise RecordingError(self.path, f"write failed: {e.strerror or e}") from None
         except BaseException:
-            # Interrupted mid-chunk (Ctrl-C): once the partial chunk is cut off the file is a
-            # valid prefix again and the writer may go on (or close cleanly).
+            # Interrupted (Ctrl-C): a chunk already whole on disk counts; a partial one is
+            # overwritten by the next chunk, so the writer may go on or close cleanly.
             try:
-                os.ftruncate(self._fd, self._good_end)
-                os.lseek(self._fd, self._good_end, os.SEEK_SET)
+                at = os.lseek(self._fd, 0, os.SEEK_CUR)
+                self._tail_end = max(self._tail_end, at)
+                if at - self._good_end == total:
+                    self._good_end = at
+                    self._chunks += int(chunk)
+                else:
+                    os.lseek(self._fd, self._good_end, os.SEEK_SET)
             except OSError:
                 self._failed = True
             raise
@@ -240,6 +254,14 @@ class RecordingWriter:
             self._chunks += 1
         if self._fsync:
             os.fsync(self._fd)
+
+    def _cut_stale_tail(self) -> None:
+        """After the end chunk: cut off what an interrupted chunk left beyond it.  Safe for a
+        reader mapping the file: it stops at the end chunk, or before it at a header it
+        cannot read, and both lie inside what stays."""
+        if self._ended and self._tail_end > self._good_end:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._good_end)
 
 
 def write_recording(path: str | Path, trace: Trace, *, chunk_rows: int | None = None,
