@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,13 +96,26 @@ class RecordingWriter:
             raise
 
     def _create(self) -> tuple[int, bool]:
-        """The file opened for writing, truncated; and whether this call created it."""
+        """The file opened for writing, empty; and whether this call created it (a file
+        that was there is never removed on a failed header, only replaced).
+
+        A regular file already at the path is unlinked and a new one created in its place,
+        not truncated in place: a reader may have the old one mapped (``replay`` of the run
+        before), and truncation under its mapping kills it with SIGBUS.  Anything else there
+        (a symlink, ``/dev/null``) is opened and truncated as asked."""
         flags = os.O_WRONLY | os.O_CREAT
         try:
             try:
                 return os.open(self.path, flags | os.O_EXCL, 0o644), True
             except FileExistsError:
-                return os.open(self.path, flags | os.O_TRUNC, 0o644), False
+                pass
+            try:
+                if stat.S_ISREG(os.lstat(self.path).st_mode):
+                    os.unlink(self.path)
+                    return os.open(self.path, flags | os.O_EXCL, 0o644), False
+            except OSError:  # gone, raced, or a directory we may not unlink in: truncate
+                pass
+            return os.open(self.path, flags | os.O_TRUNC, 0o644), False
         except OSError as e:
             raise RecordingError(self.path, f"cannot create recording: {e.strerror or e}") \
                 from None
