@@ -3,6 +3,7 @@ bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import orjson
@@ -112,6 +113,20 @@ def test_headless_seconds_beyond_the_recording_replays_all_of_it(
     a, b = (Snapshot.from_dict(orjson.loads(p.read_bytes())) for p in (whole, huge))
     assert b.window.duration_s == pytest.approx(a.window.duration_s, abs=0.01)
     assert b.totals.energy_j == pytest.approx(a.totals.energy_j, rel=1e-3)
+
+
+def test_headless_says_what_the_snapshot_says(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace with no power log replays as 0 J: the snapshot's line saying there is no power
+    reaches stderr (it was only inside the exported JSON), once, whole run or cut short."""
+    trace = simulate("varied_mix", "a100", 4, seed=1).trace
+    path = tmp_path / "nopower.ppw"
+    write_recording(path, dataclasses.replace(trace, power=trace.power.take(
+        trace.power.t_ns < 0), energy=trace.energy.take(trace.energy.t_ns < 0)))
+    for extra in ([], ["--seconds", "2"]):
+        assert main(["replay", str(path), "--headless", *extra]) == 0
+        err = capsys.readouterr().err
+        assert err.count("ppwtop: warning: GPU 0: no power readings; energies are 0") == 1
 
 
 @pytest.mark.parametrize("content", [b"hello world\n", b"PPWREC garbage", b"a,b\n1,2\n"])

@@ -63,7 +63,9 @@ def main(argv: list[str]) -> int:
         from ppwtop.panel_feed import with_sla
 
         snap = with_sla(snap, args.sla_ms)
-        for w in feed.notes:
+        # the reader's notes, then the snapshot's own lines (no power, a short run, ...), as
+        # `attribute` prints them: a trace without power used to replay as 0 J with no word
+        for w in dict.fromkeys((*feed.notes, *snap.warnings)):
             print(f"ppwtop: warning: {w}", file=sys.stderr)
         if args.export is not None:
             from ppwtop.snapshot_io import write_snapshot
