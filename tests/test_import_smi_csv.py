@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import warnings
+import zoneinfo
 from pathlib import Path
 
 import numpy as np
@@ -246,6 +247,45 @@ def test_tz_env_and_dst_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
                          "2023/10/29 03:30:00.000, 2\n", "dst.csv")
     t = load_smi_csv(p, tz="Europe/London")
     assert np.diff(t.power.t_ns).tolist() == [4 * 3_600_000_000_000]
+
+
+@pytest.mark.parametrize(("zone", "day", "gpus"), [("America/New_York", "2026/11/01", 1),
+                                                   ("Europe/London", "2026/10/25", 2)])
+def test_a_log_through_the_autumn_change_keeps_its_hour_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zone: str, day: str, gpus: int) -> None:
+    """Clocks go back at 02:00: nvidia-smi writes 01:00-01:59 twice, in order.  The second
+    pass used to be read as the first (the earlier offset), so two hours of readings were
+    laid over one and an hour left empty after them; now the rows after the log went back
+    take the later offset: one reading a second (per GPU) for three hours, in order.  The
+    same through the system zone (TZ) as through --power-tz."""
+    start = dt.datetime.strptime(day, "%Y/%m/%d").replace(hour=0, minute=30,
+                                                         tzinfo=zoneinfo.ZoneInfo(zone))
+    t0 = int(start.timestamp())
+    rows = ["timestamp, index, power.draw [W]"]
+    for k in range(3 * 3600):
+        local = dt.datetime.fromtimestamp(t0 + k, zoneinfo.ZoneInfo(zone))
+        for g in range(gpus):
+            rows.append(f"{local:%Y/%m/%d %H:%M:%S}.000, {g}, {100 + k % 7}.0")
+    path = _write(tmp_path, "\n".join(rows) + "\n")
+    monkeypatch.setenv("TZ", zone)
+    for tz in (zone, None):
+        t = load_smi_csv(path, tz=tz)
+        for g in range(gpus):
+            got = t.power.t_ns[t.power.device == g]
+            assert len(got) == 3 * 3600
+            assert np.all(np.diff(got) == 1_000_000_000)
+            assert int(got[0]) == t0 * 10**9
+
+
+def test_a_log_that_starts_in_the_repeated_hour_reads_it_as_the_first_pass(
+        tmp_path: Path) -> None:
+    """With nothing before it in the file, a repeated local hour is the first of the two
+    (the documented choice; the trace-overlap check corrects a whole-hour slip)."""
+    p = _write(tmp_path, "timestamp, power.draw [W]\n2026/11/01 01:30:00.000, 1\n"
+                         "2026/11/01 01:31:00.000, 2\n")
+    t = load_smi_csv(p, tz="America/New_York")
+    first = dt.datetime(2026, 11, 1, 1, 30, tzinfo=zoneinfo.ZoneInfo("America/New_York"))
+    assert int(t.power.t_ns[0]) == int(first.timestamp()) * 10**9
 
 
 def test_zeus_monitor_sample_mw() -> None:

@@ -340,8 +340,19 @@ def resolve_tz(tz: str | None) -> tuple[str, Callable[[dt.datetime], dt.timedelt
     return "local", local
 
 
+WENT_BACK_NS = 30 * 60 * 1_000_000_000
+"""How far a row's local time must fall below the latest before it for the log to have gone
+back through a repeated (autumn) hour; polls of several GPUs written out of order differ by
+milliseconds, a clock change by an hour."""
+
+
 def _to_epoch_ns(local_ns: I64, tz: str | None, p: Path) -> tuple[str, I64]:
-    """Apply the zone's offset, evaluated once per distinct local hour (DST-safe)."""
+    """Apply the zone's offset, evaluated once per distinct local hour (DST-safe).
+
+    ``local_ns`` in file order.  A local hour the zone repeats (clocks going back) takes its
+    first offset, except in the rows from where the log went back into it (a row more than
+    :data:`WENT_BACK_NS` before the latest one above it) on: those are its second pass, as
+    nvidia-smi writes it, and take the later offset."""
     try:
         name, offset_of = resolve_tz(tz)
     except ValueError as e:
@@ -350,9 +361,21 @@ def _to_epoch_ns(local_ns: I64, tz: str | None, p: Path) -> tuple[str, I64]:
         return name, local_ns
     hour_ns = 3_600_000_000_000
     hours, inv = np.unique(local_ns // hour_ns, return_inverse=True)
-    offs = np.empty(len(hours), dtype=np.int64)
+    inv = inv.reshape(-1)
+    offs = np.empty((2, len(hours)), dtype=np.int64)
     epoch = dt.datetime(1970, 1, 1)
     for i, h in enumerate(hours.tolist()):
         naive = epoch + dt.timedelta(hours=h)
-        offs[i] = int(offset_of(naive).total_seconds() * 1e9)
-    return name, local_ns - offs[inv.reshape(-1)]
+        for fold in (0, 1):
+            offs[fold, i] = int(offset_of(naive.replace(fold=fold)).total_seconds() * 1e9)
+    out = local_ns - offs[0, inv]
+    repeated = np.flatnonzero(offs[0] > offs[1])  # (a skipped spring hour: offs[0] < offs[1])
+    if len(repeated):
+        back = local_ns < np.maximum.accumulate(local_ns) - WENT_BACK_NS
+        for i in repeated.tolist():
+            rows = inv == i
+            first_back = np.flatnonzero(rows & back)
+            if len(first_back):
+                second = rows & (np.arange(len(local_ns)) >= first_back[0])
+                out[second] = local_ns[second] - offs[1, i]
+    return name, out
