@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,11 @@ from attribution.engine.bound_limit import AT_BOUND_W, bound_upper_w
 from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
+from attribution.engine.device_match import (
+    other_device_warning,
+    other_device_why,
+    other_log_device,
+)
 from attribution.engine.idle_place import (
     MIN_JUDGED,
     idle_leverage,
@@ -325,12 +330,19 @@ def _log_rows_ns(trace: Trace, device: int, field: PowerField) -> I64:
 
 def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int],
                       busy: BusyFunction, *, items: tuple[I64, I64], polls_ns: I64,
-                      key: npt.NDArray[np.intp], n_cls: int, warnings: list[str]
+                      key: npt.NDArray[np.intp], n_cls: int, warnings: list[str],
+                      others: Mapping[int, tuple[I64, F64]] | None = None
                       ) -> list[str | None] | None:
-    """Whether the power log can be trusted for the split: its clock against the trace's
-    (``clock_shift``, on the readings ``t_ns``, ``power_w``) and how much of each class's busy
-    time it covers (``power_cover``, on every row ``polls_ns`` the log has on the device).
-    Appends the lines to ``warnings``; returns per class why it cannot, or None."""
+    """Whether the power log can be trusted for the split: whether another of its GPUs
+    follows this one's work instead (``device_match``, against ``others``: the readings of
+    the log's GPUs the trace has no work on), its clock against the trace's (``clock_shift``,
+    on the readings ``t_ns``, ``power_w``) and how much of each class's busy time it covers
+    (``power_cover``, on every row ``polls_ns`` the log has on the device).  Appends the
+    lines to ``warnings``; returns per class why it cannot, or None."""
+    other = other_log_device(device, busy, (t_ns, power_w), others or {}, win)
+    if other is not None:
+        warnings.append(other_device_warning(other))
+        return [other_device_why(other)] * n_cls
     shift = log_shift(busy, t_ns, power_w, win)
     if shift is not None and shift.off:
         warnings.append(shift_warning(device, shift))
@@ -641,7 +653,8 @@ def _locked_placing(busy: Callable[[I64], F64], rd: Readings, idx: I32, window_m
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
-                      n_boot: int, warnings: list[str]) -> DeviceResult:
+                      n_boot: int, warnings: list[str], untraced: Sequence[int] = ()
+                      ) -> DeviceResult:
     preset = _preset(trace, device, gpu)
     items = items_for_device(trace, device)
     n_cls = len(items.labels)
@@ -707,9 +720,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                            "every class flagged)" if preset is not None else ""))
     # the log's every row on this device, fresh or not, says when it ran (a change-of-value
     # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
+    others = {e: (o.t_ns, o.power_w) for e in untraced
+              for o in [readings_for(trace, e, preset)] if len(o.t_ns)}
     power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
                                   polls_ns=_log_rows_ns(trace, device, rd.field),
-                                  key=key, n_cls=n_cls, warnings=warnings
+                                  key=key, n_cls=n_cls, warnings=warnings, others=others
                                   ) if len(y) and n_groups and rd.field is not None else None
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
@@ -1116,7 +1131,7 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         if override is not None:
             warnings.append(override)
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
-                                      warnings=warnings) for d in devs)
+                                      warnings=warnings, untraced=untraced) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
     if empty:
         warnings.append(f"{_gpu_list(empty)}: in the trace's device list, but no kernel, copy "

@@ -16,7 +16,7 @@ from attribution.engine import attribute
 from attribution.engine.build import trace_window
 from attribution.model import POLL_TIME_KEY, Trace
 from attribution.presets import preset_for_name
-from ppwtop.cli.common import parser, positive_float, utf8_text
+from ppwtop.cli.common import gpu_list, parser, positive_float, utf8_text
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
 from ppwtop.importers import import_notes, load_power, load_trace
@@ -80,14 +80,45 @@ def fill_device_names(trace: Trace, power: Trace) -> list[str]:
     return lines
 
 
-def merge_power(trace: Trace, power: Trace, path: str, *, tz: str | None = None
-                ) -> tuple[Trace, list[str]]:
+def remap_gpus(power: Trace, log_gpus: list[int], path: str) -> Trace:
+    """The power log with its GPUs ``log_gpus[0]``, ``log_gpus[1]``, … numbered 0, 1, … as the
+    trace numbers them (``--power-gpus``: the job's ``CUDA_VISIBLE_DEVICES``); its other GPUs
+    dropped.  A listed GPU the log does not have is an input error naming the ones it has."""
+    batches = [getattr(power, f) for f in ("power", "energy", "clocks")]
+    has = sorted(set().union(*(np.unique(b.device).astype(int).tolist() for b in batches)))
+    if any(g < 0 for g in has):
+        raise InputError(path, "--power-gpus: the log has no GPU index column (one GPU's log "
+                               "needs no mapping)")
+    missing = [g for g in log_gpus if g not in has]
+    if missing:
+        raise InputError(path, f"--power-gpus: the log has no GPU {missing[0]} (it logs GPU"
+                               f"{'s' if len(has) != 1 else ''} "
+                               f"{', '.join(map(str, has)) or 'none'})")
+    table = np.full(max(has) + 1, -1, np.int16)
+    table[log_gpus] = np.arange(len(log_gpus), dtype=np.int16)
+    out = Trace(strings=power.strings, meta=dict(power.meta), devices=[
+        dataclasses.replace(d, index=int(table[d.index])) for d in power.devices
+        if 0 <= d.index < len(table) and table[d.index] >= 0])
+    for f in Trace.BATCH_FIELDS:
+        b = getattr(power, f)
+        if f in ("power", "energy", "clocks") and len(b):
+            kept = b.take(table[b.device] >= 0)
+            b = dataclasses.replace(kept, device=table[kept.device])
+        setattr(out, f, b)
+    return out
+
+
+def merge_power(trace: Trace, power: Trace, path: str, *, tz: str | None = None,
+                gpus: list[int] | None = None) -> tuple[Trace, list[str]]:
     """``trace`` merged with the power log read from ``path``, as ``ppwtop attribute`` and
-    ``export`` merge it: shifted by whole quarter hours when only that overlaps the trace (a
-    warning says so), the log's device names given to unnamed trace devices, and the trace's
-    own readings of a kind the log has (a recording's power) replaced by the log's (a
-    warning says so: merged, the same readings counted twice)."""
+    ``export`` merge it: its GPUs renumbered as ``gpus`` says (:func:`remap_gpus`),
+    shifted by whole quarter hours when only that overlaps the trace (a warning says so),
+    the log's device names given to unnamed trace devices, and the trace's own readings of a
+    kind the log has (a recording's power) replaced by the log's (a warning says so: merged,
+    the same readings counted twice)."""
     warnings: list[str] = []
+    if gpus is not None:
+        power = remap_gpus(power, gpus, path)
     win = trace_window(trace)
     if win is not None:
         try:
@@ -120,6 +151,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--gpu", metavar="MODEL", help="sensor/power preset (a100, h100, ...)")
     p.add_argument("--power-tz", metavar="TZ", type=utf8_text,
                    help="time zone of naive CSV timestamps")
+    p.add_argument("--power-gpus", metavar="LIST", type=gpu_list,
+                   help="the power log's GPU index of the trace's GPU 0, 1, ... (the job's "
+                        "CUDA_VISIBLE_DEVICES, e.g. 3 or 3,5); the log's other GPUs dropped")
     p.add_argument("--owners", metavar="FILE",
                    help="owners file (TOML: name/NVTX-range patterns -> owner) for the ranking")
     p.add_argument("--sla-ms", type=positive_float, metavar="X", help="step latency SLA")
@@ -137,6 +171,11 @@ def main(argv: list[str]) -> int:
             from ppwtop.cli.common import UsageError
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
+    if a.power_gpus is not None and a.power is None:
+        from ppwtop.cli.common import UsageError
+
+        raise UsageError("ppwtop attribute: --power-gpus maps a --power log's GPUs: give "
+                         "--power")
     check_output(a.output)  # before the run, which may take minutes
     owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)
@@ -144,12 +183,14 @@ def main(argv: list[str]) -> int:
     if a.power is not None:
         power = load_power(a.power, tz=a.power_tz)
         warnings += import_notes(a.power, power)
-        trace, merged = merge_power(trace, power, a.power, tz=a.power_tz)
+        trace, merged = merge_power(trace, power, a.power, tz=a.power_tz, gpus=a.power_gpus)
         warnings += merged
     snap = attribute(trace, gpu=a.gpu, sla_ms=a.sla_ms, step_range=a.step_range, owners=owners)
     meta = dict(snap.meta)
     meta.update({"trace": str(a.trace), "power": a.power, "owners": a.owners,
                  "power_tz": a.power_tz, "step_range": a.step_range})
+    if a.power_gpus is not None:
+        meta["power_gpus"] = a.power_gpus
     snap = dataclasses.replace(snap, warnings=tuple(warnings) + snap.warnings, meta=meta)
     for w in snap.warnings:
         print(f"ppwtop: warning: {w}", file=sys.stderr)

@@ -68,6 +68,19 @@ def nonempty_path(text: str) -> Path:
     return Path(text)
 
 
+def gpu_list(text: str) -> list[int]:
+    """``--power-gpus``: comma-separated GPU indices, each a small non-negative integer, no
+    index twice (``3`` or ``3,5``: a job's ``CUDA_VISIBLE_DEVICES``)."""
+    parts = [t.strip() for t in text.split(",")]
+    if not all(t.isdigit() and t.isascii() and int(t) <= 1023 for t in parts):
+        raise argparse.ArgumentTypeError(
+            f"not a list of GPU indices (0-1023, comma-separated, as 3 or 3,5): {text!r}")
+    out = [int(t) for t in parts]
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"a GPU index appears twice: {text!r}")
+    return out
+
+
 def utf8_text(text: str) -> str:
     """A text argument written into an output file (a title, a range name, a zone): valid
     UTF-8.  Argument bytes that are not arrive as lone surrogates, which no UTF-8 file holds."""

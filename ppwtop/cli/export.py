@@ -16,7 +16,7 @@ import numpy as np
 from attribution.model import Trace
 from attribution.presets import preset_for_name
 from attribution.snapshot import Snapshot
-from ppwtop.cli.common import parser
+from ppwtop.cli.common import gpu_list, parser
 from ppwtop.errors import InputError
 from ppwtop.fileio import read_head
 
@@ -61,13 +61,13 @@ def snapshot_checks(trace: Trace, snap: Snapshot, path: str) -> list[str]:
     return lines
 
 
-def _with_power(trace: Trace, path: str, tz: str | None) -> Trace:
+def _with_power(trace: Trace, path: str, tz: str | None, gpus: list[int] | None) -> Trace:
     """The trace merged with a power log as ``ppwtop attribute`` merges it
     (:func:`ppwtop.cli.attribute.merge_power`), its warnings on stderr."""
     from ppwtop.cli.attribute import merge_power
     from ppwtop.importers import load_power
 
-    merged, warnings = merge_power(trace, load_power(path, tz=tz), path, tz=tz)
+    merged, warnings = merge_power(trace, load_power(path, tz=tz), path, tz=tz, gpus=gpus)
     for w in warnings:
         print(f"ppwtop: warning: {w}", file=sys.stderr)
     return merged
@@ -84,6 +84,9 @@ def main(argv: list[str]) -> int:
                    help="for a trace: a power log (nvidia-smi CSV or .ppw) to merge in, for "
                         "the power counter track and the energies")
     p.add_argument("--power-tz", metavar="TZ", help="time zone of naive CSV timestamps")
+    p.add_argument("--power-gpus", metavar="LIST", type=gpu_list,
+                   help="the power log's GPU index of the trace's GPU 0, 1, ... (the job's "
+                        "CUDA_VISIBLE_DEVICES, e.g. 3 or 3,5)")
     p.add_argument("--snapshot", metavar="SNAPSHOT",
                    help="for a trace: give each record its class's energy from this snapshot "
                         "(class energy x duration share) instead of the engine's")
@@ -98,7 +101,8 @@ def main(argv: list[str]) -> int:
 
     if is_snapshot(args.input):
         for opt, val in (("--snapshot", args.snapshot), ("--power", args.power),
-                         ("--power-split", args.power_split)):
+                         ("--power-split", args.power_split),
+                         ("--power-gpus", args.power_gpus)):
             if val:
                 raise InputError(args.input, f"{opt} only applies when INPUT is a trace")
         doc = export_snapshot(load_snapshot(args.input), source=str(args.input))
@@ -109,7 +113,9 @@ def main(argv: list[str]) -> int:
         trace = load_trace(args.input)
         notes = import_notes(args.input, trace)
         if args.power:
-            trace = _with_power(trace, args.power, args.power_tz)
+            trace = _with_power(trace, args.power, args.power_tz, args.power_gpus)
+        elif args.power_gpus is not None:
+            raise InputError(args.input, "--power-gpus maps a --power log's GPUs: give --power")
         if snap is not None:
             notes += snapshot_checks(trace, snap, args.snapshot)
         doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)

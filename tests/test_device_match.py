@@ -1,0 +1,140 @@
+"""A power log that numbers the GPUs otherwise than the trace (the job ran under
+CUDA_VISIBLE_DEVICES): told by the engine, mapped by ``--power-gpus``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import orjson
+import pytest
+
+from attribution.engine import attribute
+from attribution.model import DeviceInfo, EnergyBatch, PowerBatch, Trace
+from attribution.sim import simulate
+from ppwtop.cli.main import main
+from ppwtop.recording import write_recording
+
+MATCH_LINE = "the power log's GPU 3 follows this GPU's work"
+
+
+B = TypeVar("B", PowerBatch, EnergyBatch)
+
+
+def _on_device(batch: B, device: int) -> B:
+    c = batch.columns()
+    c["device"] = np.full(len(batch), device, np.int16)
+    return type(batch).from_columns(c)
+
+
+def _idle_board(power: PowerBatch, device: int, seed: int) -> PowerBatch:
+    """Readings of a board nobody uses, at the same stamps: 61 W ± 0.4 W."""
+    c = power.columns()
+    rng = np.random.default_rng(seed)
+    c["power_mw"] = (61_000 + rng.normal(0.0, 400.0, len(power))).astype(np.int64)
+    c["device"] = np.full(len(power), device, np.int16)
+    return PowerBatch.from_columns(c)
+
+
+@pytest.fixture(scope="module")
+def run() -> Trace:
+    return simulate("varied_mix", "a100", seconds=20.0, seed=2).trace
+
+
+def _logged_as(trace: Trace, idle_at: int, busy_at: int) -> Trace:
+    """The run's readings logged under GPU ``busy_at``, an idle board's under ``idle_at``."""
+    p = trace.power
+    both = PowerBatch.concat([_idle_board(p, idle_at, 0), _on_device(p, busy_at)])
+    name = trace.devices[0].name
+    return dataclasses.replace(
+        trace, power=both, energy=_on_device(trace.energy, busy_at),
+        devices=[DeviceInfo(index=0, name=name)])
+
+
+def test_the_log_gpu_that_follows_the_work_is_named_and_the_classes_flagged(run: Trace) -> None:
+    """The job's GPU is the machine's GPU 3; GPU 0 of the log is an idle board.  Before: the
+    classes fitted at 0 W under a line about the readings' phase, and GPU 3 was "another
+    process's"; now a line names GPU 3 and every class says why it is flagged."""
+    snap = attribute(_logged_as(run, idle_at=0, busy_at=3), n_boot=50)
+    (line,) = [w for w in snap.warnings if MATCH_LINE in w]
+    assert line.startswith("GPU 0:") and "--power-gpus" in line and "CUDA_VISIBLE_DEVICES" in line
+    assert snap.kernels and not any(k.resolvable for k in snap.kernels)
+    assert all("GPU 3, not its GPU 0, follows" in (k.why or "") for k in snap.kernels)
+
+
+def test_no_word_when_the_log_gpu_of_the_same_index_follows(run: Trace) -> None:
+    """The right mapping, another board busy with a job of its own beside it: said of
+    neither (the other GPU is left out, as before)."""
+    other = simulate("launch_bound", "a100", seconds=20.0, seed=9).trace.power
+    shift = int(run.power.t_ns[0]) - int(other.t_ns[0])
+    logged = dataclasses.replace(run, power=PowerBatch.concat(
+        [run.power, _on_device(other.shifted(shift), 1)]))
+    snap = attribute(logged, n_boot=50)
+    assert not any("follows this GPU's work" in w for w in snap.warnings)
+    assert any(k.resolvable for k in snap.kernels)
+
+
+def _files(tmp_path: Path, run: Trace) -> tuple[Path, Path, Path]:
+    trace = tmp_path / "trace.ppw"
+    write_recording(trace, dataclasses.replace(
+        run, power=run.power.take(run.power.t_ns < 0),
+        energy=run.energy.take(run.energy.t_ns < 0)))
+    logs = []
+    for name, (idle_at, busy_at) in (("mapped.ppw", (3, 0)), ("machine.ppw", (0, 3))):
+        log = _logged_as(run, idle_at=idle_at, busy_at=busy_at)
+        power_only = Trace(strings=log.strings, power=log.power, energy=log.energy,
+                           devices=[DeviceInfo(index=0, name=log.devices[0].name),
+                                    DeviceInfo(index=3, name=log.devices[0].name)])
+        write_recording(tmp_path / name, power_only)
+        logs.append(tmp_path / name)
+    return trace, logs[0], logs[1]
+
+
+def test_power_gpus_maps_the_machine_log_onto_the_trace(
+        tmp_path: Path, run: Trace, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--power-gpus 3` on the machine's log gives the snapshot of a log already numbered as
+    the trace is; without it the line says what to pass."""
+    trace, mapped, machine = _files(tmp_path, run)
+    snaps = {}
+    for key, log, extra in (("ref", mapped, []), ("flag", machine, ["--power-gpus", "3"]),
+                            ("none", machine, [])):
+        out = tmp_path / f"{key}.json"
+        assert main(["attribute", "--trace", str(trace), "--power", str(log), *extra,
+                     "-o", str(out)]) == 0
+        snaps[key] = (orjson.loads(out.read_bytes()), capsys.readouterr().err)
+    ref, flag, none = (snaps[k][0] for k in ("ref", "flag", "none"))
+    assert flag["totals"]["energy_j"] == pytest.approx(ref["totals"]["energy_j"], rel=1e-9)
+    assert [k["energy_j"] for k in flag["kernels"]] == pytest.approx(
+        [k["energy_j"] for k in ref["kernels"]], rel=1e-9)
+    assert flag["meta"]["power_gpus"] == [3]
+    assert MATCH_LINE not in snaps["flag"][1] and MATCH_LINE not in snaps["ref"][1]
+    assert MATCH_LINE in snaps["none"][1]
+    assert none["totals"]["kernel_energy_j"] < 0.5 * ref["totals"]["kernel_energy_j"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--power-gpus", "9"], "the log has no GPU 9 (it logs GPUs 0, 3)"),
+    (["--power-gpus", "3,3"], "a GPU index appears twice"),
+    (["--power-gpus", "x"], "not a list of GPU indices"),
+    (["--power-gpus", "-1"], "not a list of GPU indices"),
+])
+def test_power_gpus_bad_values_are_one_line(tmp_path: Path, run: Trace, args: list[str],
+                                            says: str, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    trace, _, machine = _files(tmp_path, run)
+    rc = main(["attribute", "--trace", str(trace), "--power", str(machine), *args,
+               "-o", str(tmp_path / "s.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_power_gpus_without_a_power_log_is_refused(tmp_path: Path, run: Trace,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    trace, _, _ = _files(tmp_path, run)
+    for cmd in (["attribute", "--trace", str(trace), "-o", str(tmp_path / "s.json")],
+                ["export", str(trace), "--perfetto", str(tmp_path / "p.json")]):
+        assert main([*cmd, "--power-gpus", "3"]) == 2
+        assert "--power-gpus maps a --power log's GPUs" in capsys.readouterr().err
