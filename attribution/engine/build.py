@@ -720,12 +720,12 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                            "every class flagged)" if preset is not None else ""))
     # the log's every row on this device, fresh or not, says when it ran (a change-of-value
     # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
-    others = {e: (o.t_ns, o.power_w) for e in untraced
-              for o in [readings_for(trace, e, preset)] if len(o.t_ns)}
-    power_why = _power_log_checks(device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
-                                  polls_ns=_log_rows_ns(trace, device, rd.field),
-                                  key=key, n_cls=n_cls, warnings=warnings, others=others
-                                  ) if len(y) and n_groups and rd.field is not None else None
+    power_why = _power_log_checks(
+        device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
+        polls_ns=_log_rows_ns(trace, device, rd.field), key=key, n_cls=n_cls,
+        warnings=warnings, others={e: (o.t_ns, o.power_w) for e in untraced
+                                   for o in [readings_for(trace, e, preset)] if len(o.t_ns)}
+    ) if len(y) and n_groups and rd.field is not None else None
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
@@ -1130,8 +1130,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         override = model_override_warning(trace, d, gpu)
         if override is not None:
             warnings.append(override)
+    others = untraced if busy_devs else []  # the log's GPUs without work (device_match)
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
-                                      warnings=warnings, untraced=untraced) for d in devs)
+                                      warnings=warnings, untraced=others) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
     if empty:
         warnings.append(f"{_gpu_list(empty)}: in the trace's device list, but no kernel, copy "
