@@ -114,6 +114,30 @@ def test_power_gpus_maps_the_machine_log_onto_the_trace(
     assert none["totals"]["kernel_energy_j"] < 0.5 * ref["totals"]["kernel_energy_j"]
 
 
+def test_a_log_of_the_job_gpu_alone_gets_the_mapping_hint(
+        tmp_path: Path, run: Trace, capsys: pytest.CaptureFixture[str]) -> None:
+    """`nvidia-smi -i 3` beside a job under CUDA_VISIBLE_DEVICES=3: the trace's GPU 0 has no
+    readings at all, so no correlation can be compared; the no-power line says which GPU
+    the log has and how to map it, and `--power-gpus 3` gives the mapped snapshot."""
+    trace, mapped, _ = _files(tmp_path, run)
+    only3 = tmp_path / "only3.ppw"
+    write_recording(only3, Trace(strings=run.strings, power=_on_device(run.power, 3),
+                                 energy=_on_device(run.energy, 3),
+                                 devices=[DeviceInfo(index=3, name=run.devices[0].name)]))
+    out = tmp_path / "s.json"
+    assert main(["attribute", "--trace", str(trace), "--power", str(only3), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("GPU 0: no power readings; energies are 0 (times only); the power log has "
+            "readings of GPU 3: if the job ran there, pass --power-gpus") in err
+    ref = tmp_path / "ref.json"
+    assert main(["attribute", "--trace", str(trace), "--power", str(mapped), "-o", str(ref)]) == 0
+    assert main(["attribute", "--trace", str(trace), "--power", str(only3), "--power-gpus", "3",
+                 "-o", str(out)]) == 0
+    assert "--power-gpus" not in capsys.readouterr().err
+    got, want = (orjson.loads(p.read_bytes())["totals"]["energy_j"] for p in (out, ref))
+    assert got == pytest.approx(want, rel=1e-9)
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--power-gpus", "9"], "the log has no GPU 9 (it logs GPUs 0, 3)"),
     (["--power-gpus", "3,3"], "a GPU index appears twice"),

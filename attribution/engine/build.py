@@ -311,6 +311,16 @@ def _held_tail_fit(x: F64, y: F64, board_w: float, items: tuple[I64, I64], t_ns:
                        prior_scale=prior_scale)
 
 
+def _other_gpus_hint(untraced: Sequence[int]) -> str:
+    """Where a GPU with work has no readings and the log has GPUs without work (a log of
+    ``nvidia-smi -i 3`` beside a trace of a job under ``CUDA_VISIBLE_DEVICES=3``): how to map
+    them (``device_match`` tells the mismatch only where the trace's index has readings)."""
+    if not untraced:
+        return ""
+    return (f"; the power log has readings of {_gpu_list(list(untraced))}: if the job ran "
+            "there, pass --power-gpus (its CUDA_VISIBLE_DEVICES)")
+
+
 def untraced_warning(devices: list[int]) -> str:
     """The line for GPUs with power readings but no work in the trace (both engines)."""
     return (f"{_gpu_list(devices)}: power readings but no kernel, copy or memset in the trace "
@@ -698,7 +708,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     said_scale: float | None = None  # a short run's widening, where it is said (boot_blocks)
     if rd.field is None:
         if len(items):  # a declared GPU with nothing at all gets one line (attribute_arrays)
-            warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)")
+            warnings.append(f"GPU {device}: no power readings; energies are 0 (times only)"
+                            + _other_gpus_hint(untraced))
     elif len(y) == 0 and not len(rd.power_w):
         # a field whose every reading was unusable (negative, not finite, implausible): as
         # no power at all
@@ -1130,7 +1141,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         override = model_override_warning(trace, d, gpu)
         if override is not None:
             warnings.append(override)
-    others = untraced if busy_devs else []  # the log's GPUs without work (device_match)
+    # the log's GPUs with readings but no work (device_match, the no-readings hint)
+    logged = set(np.unique(trace.power.device).astype(int).tolist())
+    others = [d for d in untraced if d in logged] if busy_devs else []
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
                                       warnings=warnings, untraced=others) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
