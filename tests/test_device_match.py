@@ -155,6 +155,23 @@ def test_power_gpus_bad_values_are_one_line(tmp_path: Path, run: Trace, args: li
     assert not (tmp_path / "s.json").exists()
 
 
+def test_export_maps_too_and_says_what_the_engine_says(
+        tmp_path: Path, run: Trace, capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --power-gpus` maps as `attribute` does; without it the engine's line reaches
+    stderr (it was only in the file's notes: the export's kernels at a fifth of their
+    energy with no word)."""
+    trace, _, machine = _files(tmp_path, run)
+    out = tmp_path / "p.json"
+    got = {}
+    for key, extra in (("flag", ["--power-gpus", "3"]), ("none", [])):
+        assert main(["export", str(trace), "--power", str(machine), *extra,
+                     "--perfetto", str(out)]) == 0
+        got[key] = (orjson.loads(out.read_bytes())["metadata"], capsys.readouterr().err)
+    assert MATCH_LINE in got["none"][1] and MATCH_LINE not in got["flag"][1]
+    assert any(MATCH_LINE in n for n in got["none"][0]["notes"])
+    assert got["none"][0]["kernel_energy_j"] < 0.5 * got["flag"][0]["kernel_energy_j"]
+
+
 def test_power_gpus_without_a_power_log_is_refused(tmp_path: Path, run: Trace,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     trace, _, _ = _files(tmp_path, run)

@@ -121,8 +121,10 @@ def main(argv: list[str]) -> int:
         doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)
         if notes:  # a cut or corrupt recording, a mismatched snapshot: in the file, on stderr
             doc["metadata"]["warnings"] = [*notes, *doc["metadata"].get("warnings", [])]
-            for w in notes:
-                print(f"ppwtop: warning: {w}", file=sys.stderr)
+        # and what the engine said of the energies (no power, another GPU's log, a short
+        # run), on stderr too, as `attribute` prints it: it was only in the file's notes
+        for w in dict.fromkeys((*notes, *doc["metadata"].get("notes", []))):
+            print(f"ppwtop: warning: {w}", file=sys.stderr)
     write_perfetto(doc, args.perfetto)
     md = doc["metadata"]
     n = sum(1 for e in doc["traceEvents"] if e["ph"] != "M")
