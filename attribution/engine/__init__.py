@@ -5,28 +5,54 @@ per-record energies (:class:`attribution.engine.build.Arrays`).  Modules: ``acti
 (classes, busy-time functions), ``timebase`` (field, T/W, lag), ``regress`` (non-negative
 fit, bootstrap), ``split`` (the naive time-overlap baseline), ``build`` (per-device
 pipeline), ``rows`` (snapshot aggregation).  See docs/attribution.md.
+
+The package imports its pipeline (and with it scipy) on first use, not on import: a process
+that needs only a light part of it (``live_pending`` and ``deltas`` in a ``ppwtop record``
+session, which runs no attribution) starts ~0.4 s sooner.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from attribution.engine.build import N_BOOT, Arrays, DeviceResult, attribute_arrays
-from attribution.engine.rows import build_snapshot
-from attribution.engine.timing_checks import backwards_warning, forward_items
-from attribution.model import Trace
-from attribution.owners import OwnerMap
-from attribution.snapshot import Snapshot
+if TYPE_CHECKING:
+    from attribution.engine.build import N_BOOT, Arrays, DeviceResult, attribute_arrays
+    from attribution.engine.rows import build_snapshot
+    from attribution.model import Trace
+    from attribution.owners import OwnerMap
+    from attribution.snapshot import Snapshot
 
-__all__ = ["Arrays", "DeviceResult", "attribute", "attribute_arrays", "build_snapshot"]
+__all__ = ["N_BOOT", "Arrays", "DeviceResult", "attribute", "attribute_arrays",
+           "build_snapshot"]
+
+_LAZY = {"N_BOOT": "build", "Arrays": "build", "DeviceResult": "build",
+         "attribute_arrays": "build", "build_snapshot": "rows"}
+
+
+def __getattr__(name: str) -> Any:
+    """The pipeline's names, imported when first asked for (submodules import as usual)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def attribute(trace: Trace, *, gpu: str | None = None, sla_ms: float | None = None,
-              n_boot: int = N_BOOT, step_range: str | None = None,
+              n_boot: int | None = None, step_range: str | None = None,
               owners: OwnerMap | None = None) -> Snapshot:
-    """Attribute a trace's GPU energy to kernels, copies and idle causes."""
+    """Attribute a trace's GPU energy to kernels, copies and idle causes (``n_boot``
+    bootstrap draws; default ``build.N_BOOT``)."""
+    import dataclasses
+
+    from attribution.engine.build import N_BOOT, attribute_arrays
+    from attribution.engine.rows import build_snapshot
+    from attribution.engine.timing_checks import backwards_warning, forward_items
+
     trace, backwards = forward_items(trace)  # the rows read the arrays' times
-    arrays = attribute_arrays(trace, gpu=gpu, n_boot=n_boot)
+    arrays = attribute_arrays(trace, gpu=gpu, n_boot=N_BOOT if n_boot is None else n_boot)
     if backwards:
         arrays = dataclasses.replace(
             arrays, warnings=(backwards_warning(backwards), *arrays.warnings))
