@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,7 @@ from attribution.engine.clamp import clamped_items
 from attribution.engine.clock_shift import log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.device_match import (
+    OtherDevice,
     other_device_warning,
     other_device_why,
     other_log_device,
@@ -341,15 +342,13 @@ def _log_rows_ns(trace: Trace, device: int, field: PowerField) -> I64:
 def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int],
                       busy: BusyFunction, *, items: tuple[I64, I64], polls_ns: I64,
                       key: npt.NDArray[np.intp], n_cls: int, warnings: list[str],
-                      others: Mapping[int, tuple[I64, F64]] | None = None
-                      ) -> list[str | None] | None:
+                      other: OtherDevice | None = None) -> list[str | None] | None:
     """Whether the power log can be trusted for the split: whether another of its GPUs
-    follows this one's work instead (``device_match``, against ``others``: the readings of
-    the log's GPUs the trace has no work on), its clock against the trace's (``clock_shift``,
-    on the readings ``t_ns``, ``power_w``) and how much of each class's busy time it covers
-    (``power_cover``, on every row ``polls_ns`` the log has on the device).  Appends the
-    lines to ``warnings``; returns per class why it cannot, or None."""
-    other = other_log_device(device, busy, (t_ns, power_w), others or {}, win)
+    follows this one's work instead (``other``, from ``device_match``), its clock against
+    the trace's (``clock_shift``, on the readings ``t_ns``, ``power_w``) and how much of
+    each class's busy time it covers (``power_cover``, on every row ``polls_ns`` the log has
+    on the device).  Appends the lines to ``warnings``; returns per class why it cannot, or
+    None."""
     if other is not None:
         warnings.append(other_device_warning(other))
         return [other_device_why(other)] * n_cls
@@ -731,12 +730,19 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                            "every class flagged)" if preset is not None else ""))
     # the log's every row on this device, fresh or not, says when it ran (a change-of-value
     # log shows a repeated value only as a poll: its fresh readings alone leave false holes)
-    power_why = _power_log_checks(
-        device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
-        polls_ns=_log_rows_ns(trace, device, rd.field), key=key, n_cls=n_cls,
-        warnings=warnings, others={e: (o.t_ns, o.power_w) for e in untraced
-                                   for o in [readings_for(trace, e, preset)] if len(o.t_ns)}
-    ) if len(y) and n_groups and rd.field is not None else None
+    other: OtherDevice | None = None
+    power_why: list[str | None] | None = None
+    if len(y) and n_groups and rd.field is not None:
+        # another of the log's GPUs following this one's work (CUDA_VISIBLE_DEVICES): told
+        # instead of the blind readings' line below, which would guess at another cause
+        other = other_log_device(device, busy, (rd.t_ns, rd.power_w),
+                                 {e: (o.t_ns, o.power_w) for e in untraced
+                                  for o in [readings_for(trace, e, preset)] if len(o.t_ns)},
+                                 win)
+        power_why = _power_log_checks(
+            device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
+            polls_ns=_log_rows_ns(trace, device, rd.field), key=key, n_cls=n_cls,
+            warnings=warnings, other=other)
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
     polls_locked = poll_lock < publish_grid.LOCKED_POLLS  # NaN: not poll-stamped, not judged
     # locked polls: each reading shown one delay after its publish (the lag absorbs it) once
@@ -1002,7 +1008,9 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                 cap_w = max(blind_cap_w(preset, p_idle), k if k is not None else 0.0)
                 bound_up = np.full(n_groups, cap_w)
                 share = float(group_time_s.sum()) / window_s
-                warnings.append(blind_warning(device, share, cap_w, anchored=k is not None))
+                if other is None:
+                    warnings.append(blind_warning(device, share, cap_w,
+                                                  anchored=k is not None))
                 every_class_why = blind_why(share)
         exposure = x.sum(axis=0)
     elif len(y) >= 1:  # power but no activity: everything is idle
