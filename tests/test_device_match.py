@@ -140,6 +140,44 @@ def test_a_log_of_the_job_gpu_alone_gets_the_mapping_hint(
     assert got == pytest.approx(want, rel=1e-9)
 
 
+@pytest.mark.parametrize("trace_uuid", ["GPU-8c1f0a2e-0000-4d3b-9e55-aa01",
+                                        "8c1f0a2e-0000-4d3b-9e55-aa01"])
+def test_uuids_on_both_sides_map_the_log_without_a_flag(
+        tmp_path: Path, run: Trace, trace_uuid: str, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """A trace that names its GPU's UUID (a recording, Nsight Systems without the ``GPU-``)
+    beside a log that names its GPUs' (nvidia-smi ``--query-gpu=...,uuid``): matched exactly,
+    no flag and no guess, with a line saying so."""
+    trace, mapped, _ = _files(tmp_path, run)
+    named = tmp_path / "named.ppw"
+    write_recording(named, dataclasses.replace(
+        run, power=run.power.take(run.power.t_ns < 0), energy=run.energy.take(
+            run.energy.t_ns < 0),
+        devices=[dataclasses.replace(run.devices[0], uuid=trace_uuid)]))
+    log = _logged_as(run, idle_at=0, busy_at=3)
+    machine = tmp_path / "machine_uuids.ppw"
+    name = run.devices[0].name
+    write_recording(machine, Trace(strings=log.strings, power=log.power, energy=log.energy,
+                                   devices=[DeviceInfo(index=0, name=name, uuid="GPU-0ther"),
+                                            DeviceInfo(index=3, name=name,
+                                                       uuid="GPU-8C1F0A2E-0000-4D3B-9E55-AA01")]))
+    out, ref = tmp_path / "s.json", tmp_path / "ref.json"
+    assert main(["attribute", "--trace", str(named), "--power", str(machine), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "matched to the trace's by UUID: its GPU 3 is GPU 0" in err
+    assert MATCH_LINE not in err and "left out" not in err
+    assert main(["attribute", "--trace", str(trace), "--power", str(mapped), "-o", str(ref)]) == 0
+    got, want = (orjson.loads(p.read_bytes())["totals"]["energy_j"] for p in (out, ref))
+    assert got == pytest.approx(want, rel=1e-9)
+    # a log GPU with another UUID: no mapping, the correlation check speaks instead
+    write_recording(machine, Trace(strings=log.strings, power=log.power, energy=log.energy,
+                                   devices=[DeviceInfo(index=0, name=name, uuid="GPU-0ther"),
+                                            DeviceInfo(index=3, name=name, uuid="GPU-1other")]))
+    assert main(["attribute", "--trace", str(named), "--power", str(machine), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "by UUID" not in err and MATCH_LINE in err
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--power-gpus", "9"], "the log has no GPU 9 (it logs GPUs 0, 3)"),
     (["--power-gpus", "3,3"], "a GPU index appears twice"),

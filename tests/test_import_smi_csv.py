@@ -288,6 +288,17 @@ def test_a_log_that_starts_in_the_repeated_hour_reads_it_as_the_first_pass(
     assert int(t.power.t_ns[0]) == int(first.timestamp()) * 10**9
 
 
+def test_a_uuid_column_names_each_gpu(tmp_path: Path) -> None:
+    """``--query-gpu=timestamp,index,uuid,power.draw``: each GPU's UUID is kept, for matching
+    the log's GPUs to a trace's by UUID (docs/cli.md, ``--power-gpus``)."""
+    p = _write(tmp_path, "timestamp, index, uuid, power.draw [W]\n"
+                         "2024/01/10 12:00:00.000, 0, GPU-aaa, 100\n"
+                         "2024/01/10 12:00:00.000, 3, GPU-bbb, 200\n")
+    t = load_smi_csv(p, tz="UTC")
+    assert [(d.index, d.uuid, d.name) for d in t.devices] == [(0, "GPU-aaa", ""),
+                                                                (3, "GPU-bbb", "")]
+
+
 def test_zeus_monitor_sample_mw() -> None:
     t = load_power(ZEUS, tz="UTC")
     assert t.meta["source_format"] == "zeus_csv"

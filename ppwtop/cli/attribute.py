@@ -80,22 +80,22 @@ def fill_device_names(trace: Trace, power: Trace) -> list[str]:
     return lines
 
 
-def remap_gpus(power: Trace, log_gpus: list[int], path: str) -> Trace:
-    """The power log with its GPUs ``log_gpus[0]``, ``log_gpus[1]``, … numbered 0, 1, … as the
-    trace numbers them (``--power-gpus``: the job's ``CUDA_VISIBLE_DEVICES``); its other GPUs
-    dropped.  A listed GPU the log does not have is an input error naming the ones it has."""
+def remap_gpus(power: Trace, to_trace: dict[int, int], path: str) -> Trace:
+    """The power log with its GPU ``g`` numbered ``to_trace[g]``, as the trace numbers it
+    (``--power-gpus``: the job's ``CUDA_VISIBLE_DEVICES``; or :func:`gpus_by_uuid`); its
+    other GPUs dropped.  A GPU the log does not have is an input error naming those it has."""
     batches = [getattr(power, f) for f in ("power", "energy", "clocks")]
     has = sorted(set().union(*(np.unique(b.device).astype(int).tolist() for b in batches)))
     if any(g < 0 for g in has):
         raise InputError(path, "--power-gpus: the log has no GPU index column (one GPU's log "
                                "needs no mapping)")
-    missing = [g for g in log_gpus if g not in has]
+    missing = [g for g in to_trace if g not in has]
     if missing:
         raise InputError(path, f"--power-gpus: the log has no GPU {missing[0]} (it logs GPU"
                                f"{'s' if len(has) != 1 else ''} "
                                f"{', '.join(map(str, has)) or 'none'})")
     table = np.full(max(has) + 1, -1, np.int16)
-    table[log_gpus] = np.arange(len(log_gpus), dtype=np.int16)
+    table[list(to_trace)] = list(to_trace.values())
     out = Trace(strings=power.strings, meta=dict(power.meta), devices=[
         dataclasses.replace(d, index=int(table[d.index])) for d in power.devices
         if 0 <= d.index < len(table) and table[d.index] >= 0])
@@ -108,17 +108,44 @@ def remap_gpus(power: Trace, log_gpus: list[int], path: str) -> Trace:
     return out
 
 
+def _uuid_key(uuid: str) -> str:
+    """NVML and nvidia-smi write ``GPU-cf6b97c0-…``, Nsight Systems ``cf6b97c0-…``."""
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def gpus_by_uuid(trace: Trace, power: Trace) -> dict[int, int] | None:
+    """The log's GPU of each trace GPU with work, matched by UUID, where every such GPU has a
+    UUID on both sides and some log index differs from the trace's (a job under
+    ``CUDA_VISIBLE_DEVICES`` beside a log with a ``uuid`` column); None otherwise."""
+    log = {_uuid_key(d.uuid): d.index for d in power.devices if _uuid_key(d.uuid)}
+    mine = {d.index: _uuid_key(d.uuid) for d in trace.devices if _uuid_key(d.uuid)}
+    worked = set(np.unique(np.concatenate([trace.kernels.device, trace.copies.device,
+                                           trace.memsets.device])).astype(int).tolist())
+    if not worked or any(mine.get(i, "") not in log for i in worked):
+        return None
+    to_trace = {log[mine[i]]: i for i in sorted(worked)}
+    return None if all(g == i for g, i in to_trace.items()) else to_trace
+
+
 def merge_power(trace: Trace, power: Trace, path: str, *, tz: str | None = None,
                 gpus: list[int] | None = None) -> tuple[Trace, list[str]]:
     """``trace`` merged with the power log read from ``path``, as ``ppwtop attribute`` and
-    ``export`` merge it: its GPUs renumbered as ``gpus`` says (:func:`remap_gpus`),
+    ``export`` merge it: its GPUs renumbered as ``gpus`` says, or by UUID where both sides
+    name them and the numbering differs (:func:`remap_gpus`, :func:`gpus_by_uuid`),
     shifted by whole quarter hours when only that overlaps the trace (a warning says so),
     the log's device names given to unnamed trace devices, and the trace's own readings of a
     kind the log has (a recording's power) replaced by the log's (a warning says so: merged,
     the same readings counted twice)."""
     warnings: list[str] = []
-    if gpus is not None:
-        power = remap_gpus(power, gpus, path)
+    to_trace = ({g: i for i, g in enumerate(gpus)} if gpus is not None
+                else gpus_by_uuid(trace, power))
+    if to_trace is not None:
+        if gpus is None:
+            warnings.append("power log's GPUs matched to the trace's by UUID: " + ", ".join(
+                f"its GPU {g} is GPU {i}" for g, i in sorted(to_trace.items(),
+                                                          key=lambda gi: gi[1])))
+        power = remap_gpus(power, to_trace, path)
     win = trace_window(trace)
     if win is not None:
         try:

@@ -169,12 +169,12 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
             "clock_reasons": reasons[ok] if reasons is not None else np.zeros(len(t_ns)),
         })
 
-    if "name" in col:
-        names = np.asarray(column("name"), dtype=object)[ok]
-        seen: dict[int, str] = {}
-        for d in np.unique(device).tolist():
-            seen[d] = str(names[np.flatnonzero(device == d)[0]])
-        trace.devices = [DeviceInfo(index=d, name=seen[d]) for d in sorted(seen)]
+    if "name" in col or "uuid" in col:  # the first row's of each GPU (a uuid column lets
+        names = np.asarray(column("name") or [""] * n, dtype=object)[ok]  # the log's GPUs be
+        uuids = np.asarray(column("uuid") or [""] * n, dtype=object)[ok]  # matched by uuid)
+        first = {d: int(np.flatnonzero(device == d)[0]) for d in np.unique(device).tolist()}
+        trace.devices = [DeviceInfo(index=d, name=str(names[i]), uuid=str(uuids[i]))
+                         for d, i in sorted(first.items())]
 
     trace.meta.update({
         "source_path": str(p), "source_format": "zeus_csv" if zeus else "smi_csv",
