@@ -72,6 +72,17 @@ def test_a_new_recording_at_a_path_leaves_a_reader_of_the_old_one_alone(
     assert r.stdout.split() == ["200", "True", "2"]
 
 
+def test_a_replaced_recording_keeps_the_old_files_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "r.ppw"
+    path.write_bytes(b"old contents")
+    path.chmod(0o640)
+    with path.open("rb") as held:  # a reader of the old file (its inode stays in use)
+        RecordingWriter(path, {"pid": 1}).close()
+        assert os.fstat(held.fileno()).st_ino != path.stat().st_ino
+        assert held.read() == b"old contents"  # a new file, not the old one truncated
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
 def test_where_the_old_file_cannot_be_unlinked_it_is_truncated(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writable file in a directory ppwtop may not change: replaced in place, as before."""

@@ -101,8 +101,9 @@ class RecordingWriter:
 
         A regular file already at the path is unlinked and a new one created in its place,
         not truncated in place: a reader may have the old one mapped (``replay`` of the run
-        before), and truncation under its mapping kills it with SIGBUS.  Anything else there
-        (a symlink, ``/dev/null``) is opened and truncated as asked."""
+        before), and truncation under its mapping kills it with SIGBUS; the new file takes the
+        old one's permissions.  Anything else there (a symlink, ``/dev/null``) is opened and
+        truncated as asked."""
         flags = os.O_WRONLY | os.O_CREAT
         try:
             try:
@@ -110,9 +111,13 @@ class RecordingWriter:
             except FileExistsError:
                 pass
             try:
-                if stat.S_ISREG(os.lstat(self.path).st_mode):
+                old = os.lstat(self.path)
+                if stat.S_ISREG(old.st_mode):
                     os.unlink(self.path)
-                    return os.open(self.path, flags | os.O_EXCL, 0o644), False
+                    fd = os.open(self.path, flags | os.O_EXCL, 0o600)
+                    with contextlib.suppress(OSError):  # the old file's permissions
+                        os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                    return fd, False
             except OSError:  # gone, raced, or a directory we may not unlink in: truncate
                 pass
             return os.open(self.path, flags | os.O_TRUNC, 0o644), False
