@@ -142,9 +142,12 @@ def merge_power(trace: Trace, power: Trace, path: str, *, tz: str | None = None,
                 else gpus_by_uuid(trace, power))
     if to_trace is not None:
         if gpus is None:
+            others = sorted({d.index for d in power.devices} - set(to_trace))
             warnings.append("power log's GPUs matched to the trace's by UUID: " + ", ".join(
                 f"its GPU {g} is GPU {i}" for g, i in sorted(to_trace.items(),
-                                                          key=lambda gi: gi[1])))
+                                                          key=lambda gi: gi[1]))
+                + (f" (its GPU{'s' if len(others) > 1 else ''} "
+                   f"{', '.join(map(str, others))} left out)" if others else ""))
         power = remap_gpus(power, to_trace, path)
     win = trace_window(trace)
     if win is not None:
