@@ -304,6 +304,13 @@ def _gaps_native(trace: Trace, device: int, window_ns: tuple[int, int],
     return gap_s, gap_e, cause
 
 
+def work_devices(trace: Trace) -> list[int]:
+    """Devices with a kernel, copy or memset record (the trace's GPUs that did work)."""
+    found = np.unique(np.concatenate([distinct_ints(b.device) for b in (
+        trace.kernels, trace.copies, trace.memsets)]))
+    return [int(d) for d in found]
+
+
 def device_indices(trace: Trace) -> list[int]:
     """Devices that have GPU activity or power readings, else the declared ones, else [0]."""
     found = np.unique(np.concatenate([

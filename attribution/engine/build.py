@@ -54,7 +54,7 @@ from attribution.engine.boot_blocks import (
 )
 from attribution.engine.bound_limit import AT_BOUND_W, bound_upper_w
 from attribution.engine.clamp import clamped_items
-from attribution.engine.clock_shift import log_shift, shift_warning
+from attribution.engine.clock_shift import LogShift, log_shift, shift_warning
 from attribution.engine.counter import counter_energy_j
 from attribution.engine.device_match import (
     OtherDevice,
@@ -120,7 +120,13 @@ from attribution.engine.timing_checks import (
     timing_warnings,
 )
 from attribution.engine.verdict import class_verdicts
-from attribution.idle import IdleIntervals, covered_ns, device_indices, idle_intervals
+from attribution.idle import (
+    IdleIntervals,
+    covered_ns,
+    device_indices,
+    idle_intervals,
+    work_devices,
+)
 from attribution.intsets import counts
 from attribution.model import F64, I32, I64, B, PowerField, Trace
 from attribution.presets import NOMINAL_LAG_MS, GpuPreset, get_preset, preset_for_name
@@ -339,20 +345,19 @@ def _log_rows_ns(trace: Trace, device: int, field: PowerField) -> I64:
     return np.asarray(p.t_ns[on], np.int64)
 
 
-def _power_log_checks(device: int, t_ns: I64, power_w: F64, win: tuple[int, int],
-                      busy: BusyFunction, *, items: tuple[I64, I64], polls_ns: I64,
-                      key: npt.NDArray[np.intp], n_cls: int, warnings: list[str],
-                      other: OtherDevice | None = None) -> list[str | None] | None:
+def _power_log_checks(device: int, shift: LogShift | None, win: tuple[int, int], *,
+                      items: tuple[I64, I64], polls_ns: I64, key: npt.NDArray[np.intp],
+                      n_cls: int, warnings: list[str], other: OtherDevice | None = None
+                      ) -> list[str | None] | None:
     """Whether the power log can be trusted for the split: whether another of its GPUs
     follows this one's work instead (``other``, from ``device_match``), its clock against
-    the trace's (``clock_shift``, on the readings ``t_ns``, ``power_w``) and how much of
-    each class's busy time it covers (``power_cover``, on every row ``polls_ns`` the log has
-    on the device).  Appends the lines to ``warnings``; returns per class why it cannot, or
-    None."""
+    the trace's (``shift``: ``clock_shift.log_shift`` of the device's readings) and how
+    much of each class's busy time it covers (``power_cover``, on every row ``polls_ns`` the
+    log has on the device).  Appends the lines to ``warnings``; returns per class why it
+    cannot, or None."""
     if other is not None:
         warnings.append(other_device_warning(other))
         return [other_device_why(other)] * n_cls
-    shift = log_shift(busy, t_ns, power_w, win)
     if shift is not None and shift.off:
         warnings.append(shift_warning(device, shift))
         return [f"the power log's clock looks {shift.shift_s:+.1f} s off the trace's"] * n_cls
@@ -735,12 +740,14 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
     if len(y) and n_groups and rd.field is not None:
         # another of the log's GPUs following this one's work (CUDA_VISIBLE_DEVICES): told
         # instead of the blind readings' line below, which would guess at another cause
-        other = other_log_device(device, busy, (rd.t_ns, rd.power_w),
-                                 {e: (o.t_ns, o.power_w) for e in untraced
-                                  for o in [readings_for(trace, e, preset)] if len(o.t_ns)},
-                                 win)
+        # (the readings' correlation with the work is worked out once, for both checks)
+        shift = log_shift(busy, rd.t_ns, rd.power_w, win)
+        other = other_log_device(
+            device, busy, 0.0 if shift is None else shift.r_near,
+            lambda: {e: (o.t_ns, o.power_w) for e in untraced
+                     for o in [readings_for(trace, e, preset)] if len(o.t_ns)}, win)
         power_why = _power_log_checks(
-            device, rd.t_ns, rd.power_w, win, busy, items=(s_ns, e_ns),
+            device, shift, win, items=(s_ns, e_ns),
             polls_ns=_log_rows_ns(trace, device, rd.field), key=key, n_cls=n_cls,
             warnings=warnings, other=other)
     poll_lock = rd.poll_lock if rd.poll_lock is not None else float("nan")
@@ -1136,8 +1143,7 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     if len(trace.kernels) == 0:
         warnings.append("the trace has no kernels")
     devs = device_indices(trace)
-    busy_devs = set(np.unique(np.concatenate([b.device for b in (
-        trace.kernels, trace.copies, trace.memsets)])).astype(int).tolist())
+    busy_devs = set(work_devices(trace))
     untraced = [d for d in devs if d not in busy_devs]
     if busy_devs and untraced:
         # power readings of a GPU the trace has no work on (nvidia-smi logs every GPU, the

@@ -32,26 +32,21 @@ class OtherDevice:
     r_other: float
 
 
-def near_r(busy: Callable[[I64], F64], t_ns: I64, power_w: F64, win: tuple[int, int]
-           ) -> float:
-    """How well the readings follow the activity with their stamps as logged (0 where there
-    is too little to tell)."""
-    s = log_shift(busy, t_ns, power_w, win)
-    return 0.0 if s is None else s.r_near
-
-
-def other_log_device(device: int, busy: Callable[[I64], F64], own: tuple[I64, F64],
-                     others: Mapping[int, tuple[I64, F64]], win: tuple[int, int]
+def other_log_device(device: int, busy: Callable[[I64], F64], r_own: float,
+                     others: Callable[[], Mapping[int, tuple[I64, F64]]], win: tuple[int, int]
                      ) -> OtherDevice | None:
-    """The GPU among ``others`` (log index → readings) whose readings follow ``device``'s
-    activity at least ``MIN_BEST_R`` and ``MIN_GAIN_R`` better than its ``own`` do; None
-    where none does (or its own follow)."""
-    if not others:
-        return None
-    r_own = near_r(busy, *own, win) if len(own[0]) else 0.0
+    """The GPU among ``others()`` (log index → readings; read only where needed) whose
+    readings follow ``device``'s activity at least ``MIN_BEST_R`` and ``MIN_GAIN_R`` better
+    than its own do (``r_own``: their near correlation, ``clock_shift.LogShift.r_near``, 0
+    where there is too little to tell); None where none does, or its own follow."""
     if r_own >= MIN_BEST_R:
         return None
-    r = {e: near_r(busy, t, w, win) for e, (t, w) in others.items()}
+    r = {}
+    for e, (t, w) in others().items():
+        s = log_shift(busy, t, w, win)
+        r[e] = 0.0 if s is None else s.r_near
+    if not r:
+        return None
     best = max(r, key=lambda e: (r[e], -e))
     if r[best] >= MIN_BEST_R and r[best] - r_own >= MIN_GAIN_R:
         return OtherDevice(device, best, r_own, r[best])

@@ -14,6 +14,7 @@ import numpy as np
 
 from attribution.engine import attribute
 from attribution.engine.build import trace_window
+from attribution.idle import work_devices
 from attribution.model import POLL_TIME_KEY, Trace
 from attribution.presets import preset_for_name
 from ppwtop.cli.common import gpu_list, parser, positive_float, utf8_text
@@ -120,11 +121,10 @@ def gpus_by_uuid(trace: Trace, power: Trace) -> dict[int, int] | None:
     ``CUDA_VISIBLE_DEVICES`` beside a log with a ``uuid`` column); None otherwise."""
     log = {_uuid_key(d.uuid): d.index for d in power.devices if _uuid_key(d.uuid)}
     mine = {d.index: _uuid_key(d.uuid) for d in trace.devices if _uuid_key(d.uuid)}
-    worked = set(np.unique(np.concatenate([trace.kernels.device, trace.copies.device,
-                                           trace.memsets.device])).astype(int).tolist())
+    worked = work_devices(trace)
     if not worked or any(mine.get(i, "") not in log for i in worked):
         return None
-    to_trace = {log[mine[i]]: i for i in sorted(worked)}
+    to_trace = {log[mine[i]]: i for i in worked}
     return None if all(g == i for g, i in to_trace.items()) else to_trace
 
 
