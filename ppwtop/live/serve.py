@@ -100,9 +100,8 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
         except KeyboardInterrupt as e:  # Ctrl-C; SIGTERM or SIGHUP (signals.Terminated)
             session.request_stop()
             session.end_reason = session.end_reason or getattr(e, "reason", "interrupted")
+            # SIGTERM/SIGHUP: the command ppwtop launched goes with it (wait_for_command)
             terminated = e if isinstance(e, Terminated) else None
-            if terminated and child is not None and child.poll() is None:
-                child.terminate()  # the command ppwtop launched goes with it
         print(summary(session), file=out, flush=True)
     failed = 2 if session.recording_error else 0
     c = session.counts
@@ -118,7 +117,7 @@ def serve(listener: Listener, *, label: str, record_path: str | Path | None, hea
         failed = failed or terminated.exit_code
     if child is None:
         return failed
-    return wait_for_command(child, failed, out)
+    return wait_for_command(child, failed, out, terminated=terminated)
 
 
 def _tui(session: Session, run_kw: dict[str, Any]) -> None:

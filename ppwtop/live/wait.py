@@ -37,9 +37,13 @@ def exit_status(returncode: int, out: StatusOut) -> int:
     return 128 - returncode
 
 
-def wait_for_command(child: subprocess.Popen[bytes], failed: int, out: StatusOut) -> int:
+def wait_for_command(child: subprocess.Popen[bytes], failed: int, out: StatusOut, *,
+                     terminated: Terminated | None = None) -> int:
     """Wait for ``child``; ``failed`` (non-zero: the session's own failure) wins over its
-    status.  Ctrl-C stops waiting, SIGTERM/SIGHUP terminate the command (see module)."""
+    status.  Ctrl-C stops waiting, SIGTERM/SIGHUP terminate the command (see module), as
+    does ``terminated``: the signal that ended the session itself."""
+    if terminated is not None:
+        return _stopped_waiting(child, terminated, failed, out)
     try:
         try:
             child.wait(timeout=FIRST_WAIT_S)
