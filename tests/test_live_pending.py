@@ -168,17 +168,53 @@ def test_a_name_given_up_on_more_often_than_matched_is_not_waited_on() -> None:
     assert p.floor_ns(t + s // 2) is None
     lost = dict(p.given_up_since(0))
     assert lost == {"cuLaunchKernel": DISTRUST_AFTER}
-    # while not waited on, its calls are tracked one in UNTRUSTED_SAMPLE
+    # while not waited on, its calls are tracked one in UNTRUSTED_SAMPLE, counted per name:
+    # call 100 (the first since it was distrusted) and every 64th of the next 256
     p.update(Trace(strings=names, apis=_apis(list(range(1000, 1000 + 4 * UNTRUSTED_SAMPLE)),
                                              [t + 10] * (4 * UNTRUSTED_SAMPLE),
                                              names=[1] * (4 * UNTRUSTED_SAMPLE))))
-    assert len(p) == 4
+    assert len(p) == 1 + 4
     # its calls come with records again: matched catches up and it is waited on again
     for i in range(DISTRUST_AFTER):
         c = 200 + i
         p.update(Trace(strings=names, apis=_apis([c], [t + i], names=[1]),
                        kernels=_kernels([c])))
     assert list(p.trusted()) == [True, True]
+
+
+def test_a_distrusted_name_whose_calls_repeat_every_64_ids_is_trusted_again() -> None:
+    """A loop that makes 64 calls an iteration gives each launch the same correlation id
+    modulo 64: sampled by id, a distrusted launch name was never tracked again, so its
+    matches never caught up and it was never waited on again (its long kernels cut as before
+    the wait existed).  Sampled per name, its tracked calls match and trust comes back."""
+    names = StringTable(["cudaLaunchKernel", "cudaMemsetAsync"])
+    p = PendingLaunches(max_wait_s=1.0)
+    s = 1_000_000_000
+    for i in range(DISTRUST_AFTER):  # given up on: its items never come
+        p.update(Trace(strings=names, apis=_apis([64 * i + 5], [(i + 1) * s])))
+        p.floor_ns((i + 1) * s + 2 * s)
+    assert not bool(p.trusted()[0])
+    t = 100 * s
+    for i in range(DISTRUST_AFTER * UNTRUSTED_SAMPLE + 1):  # now each one's kernel comes,
+        c = 64 * (1000 + i) + 5                            # one update later
+        p.update(Trace(strings=names, apis=_apis([c], [t + i])))
+        p.update(Trace(strings=names, kernels=_kernels([c])))
+    assert bool(p.trusted()[0])
+
+
+def test_calls_with_no_name_do_not_count_against_the_first_name() -> None:
+    """A call record with no name (id −1) has a key of its own: its give-ups no longer made
+    name id 0 (here the runtime's launch) distrusted."""
+    names = StringTable(["cudaLaunchKernel"])
+    p = PendingLaunches(max_wait_s=1.0)
+    s = 1_000_000_000
+    for i in range(DISTRUST_AFTER + 2):
+        p.update(Trace(strings=names, apis=_apis([i + 1], [(i + 1) * s], names=[-1])))
+        p.floor_ns((i + 1) * s + 2 * s)
+    assert p.names == [""] and not bool(p.trusted()[0])
+    p.update(Trace(strings=names, apis=_apis([500], [50 * s], names=[0])))
+    assert p.names == ["", "cudaLaunchKernel"] and bool(p.trusted()[1])
+    assert p.floor_ns(50 * s + s // 2) == 50 * s  # the named launch is waited on
 
 
 @pytest.mark.parametrize("gpu", ["h100", "a100"])

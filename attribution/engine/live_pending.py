@@ -48,7 +48,8 @@ on (still tracked, so the name is waited on again once its matches catch up): a 
 collector classes as a launch that never has a GPU record of its own would otherwise hold
 the view ``MAX_WAIT_S`` behind, again and again."""
 UNTRUSTED_SAMPLE = 64
-"""The calls of a name not waited on are tracked one in this many (by correlation id)."""
+"""The calls of a name not waited on are tracked one in this many, counted per name (by
+correlation id, a loop making 64 calls an iteration was never sampled: 2026-12-05)."""
 
 
 def _member(a: I64, b: I64) -> npt.NDArray[np.bool_]:
@@ -88,6 +89,8 @@ class PendingLaunches:
         """Per name key: calls whose item came."""
         self.given_up: I64 = np.zeros(0, np.int64)
         """Per name key: calls given up on."""
+        self.untrusted_seen: I64 = np.zeros(0, np.int64)
+        """Per name key: calls seen while the name was not waited on (the sampling's count)."""
         self._early: I64 = np.empty(0, np.int64)
         self.given_up_ns: I64 = np.empty(0, np.int64)
         """The call starts of the launches given up on (``given_up_since`` drops old ones)."""
@@ -111,7 +114,9 @@ class PendingLaunches:
             self._mark_by_id = np.empty(0, np.int8)
         if not len(name_id):
             return np.empty(0, np.int64), np.empty(0, np.int8)
-        top = max(int(name_id.max()) + 1, 1)  # (a call with no name, id −1: slot 0)
+        if "" not in self._key_of and bool((name_id < 0).any()):
+            self._new_key("")  # calls with no name (id −1): counts of their own, not id 0's
+        top = max(int(name_id.max()) + 1, 0)
         if top > len(self._key_by_id):
             old = len(self._key_by_id)
             self._key_by_id = np.pad(self._key_by_id, (0, top - old), constant_values=-1)
@@ -119,17 +124,43 @@ class PendingLaunches:
             for nid in range(old, top):
                 name = delta.strings[nid] if nid < len(delta.strings) else f"#{nid}"
                 k = self._key_of.get(name)
-                if k is None:
-                    k = self._key_of[name] = len(self.names)
-                    self.names.append(name)
-                self._key_by_id[nid] = k
+                self._key_by_id[nid] = self._new_key(name) if k is None else k
                 self._mark_by_id[nid] = (1 if "BeginCapture" in name
                                          else -1 if "EndCapture" in name else 0)
-            n = len(self.names)
-            self.matched = np.pad(self.matched, (0, n - len(self.matched)))
-            self.given_up = np.pad(self.given_up, (0, n - len(self.given_up)))
-        ids = np.maximum(name_id, 0)
-        return self._key_by_id[ids], self._mark_by_id[ids]
+        named = name_id >= 0
+        keys = np.full(len(name_id), self._key_of.get("", -1), np.int64)
+        marks = np.zeros(len(name_id), np.int8)
+        keys[named] = self._key_by_id[name_id[named]]
+        marks[named] = self._mark_by_id[name_id[named]]
+        return keys, marks
+
+    def _new_key(self, name: str) -> int:
+        """A key for a call name not seen before, its counts at 0."""
+        k = self._key_of[name] = len(self.names)
+        self.names.append(name)
+        self.matched = np.append(self.matched, 0)
+        self.given_up = np.append(self.given_up, 0)
+        self.untrusted_seen = np.append(self.untrusted_seen, 0)
+        return k
+
+    def _sampled_out(self, key: I64) -> npt.NDArray[np.bool_]:
+        """Calls of names not waited on that are not tracked: all but every
+        ``UNTRUSTED_SAMPLE``-th call of each such name, counted per name (a loop whose calls
+        repeat every 64 correlation ids would always miss a sample taken by id)."""
+        u = np.flatnonzero(~self.trusted()[key])
+        out = np.zeros(len(key), bool)
+        if not len(u):
+            return out
+        ku = key[u]
+        order = np.argsort(ku, kind="stable")
+        sk = ku[order]
+        run = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        rank = np.empty(len(ku), np.int64)
+        rank[order] = np.arange(len(sk)) - np.repeat(run, np.diff(np.r_[run, len(sk)]))
+        ordinal = self.untrusted_seen[ku] + rank
+        self.untrusted_seen += np.bincount(ku, minlength=len(self.untrusted_seen))
+        out[u] = ordinal % UNTRUSTED_SAMPLE != 0
+        return out
 
     def _take(self, keep: npt.NDArray[np.bool_]) -> None:
         self.corr, self.start_ns, self.key = self.corr[keep], self.start_ns[keep], self.key[keep]
@@ -161,7 +192,7 @@ class PendingLaunches:
                 corr, start, key = corr[~came], start[~came], key[~came]
             # a name not waited on is tracked on one call in UNTRUSTED_SAMPLE (its matches can
             # catch up) so that a name that never matches does not fill the columns
-            out = ~self.trusted()[key] & (corr % UNTRUSTED_SAMPLE != 0)
+            out = self._sampled_out(key)
             if bool(out.any()):
                 corr, start, key = corr[~out], start[~out], key[~out]
             self.corr = np.concatenate([self.corr, corr])
