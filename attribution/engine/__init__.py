@@ -45,15 +45,8 @@ def attribute(trace: Trace, *, gpu: str | None = None, sla_ms: float | None = No
               owners: OwnerMap | None = None) -> Snapshot:
     """Attribute a trace's GPU energy to kernels, copies and idle causes (``n_boot``
     bootstrap draws; default ``build.N_BOOT``)."""
-    import dataclasses
-
     from attribution.engine.build import N_BOOT, attribute_arrays
     from attribution.engine.rows import build_snapshot
-    from attribution.engine.timing_checks import backwards_warning, forward_items
 
-    trace, backwards = forward_items(trace)  # the rows read the arrays' times
     arrays = attribute_arrays(trace, gpu=gpu, n_boot=N_BOOT if n_boot is None else n_boot)
-    if backwards:
-        arrays = dataclasses.replace(
-            arrays, warnings=(backwards_warning(backwards), *arrays.warnings))
     return build_snapshot(trace, arrays, sla_ms=sla_ms, step_range=step_range, owners=owners)
