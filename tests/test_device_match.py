@@ -66,6 +66,31 @@ def test_the_log_gpu_that_follows_the_work_is_named_and_the_classes_flagged(run:
     assert all("GPU 3, not its GPU 0, follows" in (k.why or "") for k in snap.kernels)
 
 
+def test_the_unused_gpus_readings_are_read_once_for_all_devices(
+        run: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two of the trace's GPUs whose own readings follow nothing, beside a log GPU that does:
+    that GPU's readings are worked out once, not once per trace GPU."""
+    from attribution.engine import build, timebase
+
+    two = dataclasses.replace(
+        _logged_as(run, idle_at=0, busy_at=3),
+        kernels=type(run.kernels).concat([run.kernels, dataclasses.replace(
+            run.kernels, device=np.ones(len(run.kernels), np.int16))]))
+    two = dataclasses.replace(two, power=PowerBatch.concat([two.power,
+                                                           _idle_board(run.power, 1, 5)]))
+    calls: list[int] = []
+    real = timebase.readings_for
+
+    def counted(trace: Trace, device: int, preset: object = None) -> object:
+        calls.append(device)
+        return real(trace, device, preset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "readings_for", counted)
+    snap = attribute(two, n_boot=20)
+    assert sum(1 for w in snap.warnings if MATCH_LINE in w) == 2
+    assert calls.count(3) == 1
+
+
 def test_no_word_when_the_log_gpu_of_the_same_index_follows(run: Trace) -> None:
     """The right mapping, another board busy with a job of its own beside it: said of
     neither (the other GPU is left out, as before)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -667,8 +667,12 @@ def _locked_placing(busy: Callable[[I64], F64], rd: Readings, idx: I32, window_m
 
 
 def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: str | None,
-                      n_boot: int, warnings: list[str], untraced: Sequence[int] = ()
+                      n_boot: int, warnings: list[str], untraced: Sequence[int] = (),
+                      untraced_readings: Callable[[], Mapping[int, tuple[I64, F64]]] = dict
                       ) -> DeviceResult:
+    """One device's attribution; ``untraced``: the log's GPUs with readings but no work in
+    the trace, ``untraced_readings()`` their readings (read once for all devices, on the
+    first call: ``device_match``)."""
     preset = _preset(trace, device, gpu)
     items = items_for_device(trace, device)
     n_cls = len(items.labels)
@@ -744,8 +748,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         shift = log_shift(busy, rd.t_ns, rd.power_w, win)
         other = other_log_device(
             device, busy, 0.0 if shift is None else shift.r_near,
-            lambda: {e: (o.t_ns, o.power_w) for e in untraced
-                     for o in [readings_for(trace, e, preset)] if len(o.t_ns)}, win)
+            untraced_readings, win)
         power_why = _power_log_checks(
             device, shift, win, items=(s_ns, e_ns),
             polls_ns=_log_rows_ns(trace, device, rd.field), key=key, n_cls=n_cls,
@@ -1158,8 +1161,21 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     # the log's GPUs with readings but no work (device_match, the no-readings hint)
     logged = set(np.unique(trace.power.device).astype(int).tolist())
     others = [d for d in untraced if d in logged] if busy_devs else []
+    read: dict[int, tuple[I64, F64]] = {}
+
+    def others_readings() -> Mapping[int, tuple[I64, F64]]:
+        """The readings of the log's GPUs without work, each as its own board reads them,
+        worked out once (on the first device that needs them)."""
+        if others and not read:
+            for e in others:
+                o = readings_for(trace, e, _preset(trace, e, gpu))
+                if len(o.t_ns):
+                    read[e] = (o.t_ns, o.power_w)
+        return read
+
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,
-                                      warnings=warnings, untraced=others) for d in devs)
+                                      warnings=warnings, untraced=others,
+                                      untraced_readings=others_readings) for d in devs)
     empty = [r.device for r in results if not len(r.items) and r.sensor.field == "none"]
     if empty:
         warnings.append(f"{_gpu_list(empty)}: in the trace's device list, but no kernel, copy "
