@@ -8,7 +8,6 @@ quarter-hour shift is shifted, with a warning), and writing the snapshot.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 
@@ -17,7 +16,14 @@ from attribution.engine.build import trace_window
 from attribution.idle import work_devices
 from attribution.model import POLL_TIME_KEY, Trace
 from attribution.presets import preset_for_name
-from ppwtop.cli.common import gpu_list, parser, positive_float, utf8_text
+from ppwtop.cli.common import (
+    gpu_list,
+    parser,
+    positive_float,
+    print_warnings,
+    require_power_for_gpus,
+    utf8_text,
+)
 from ppwtop.cli.diff import read_owners
 from ppwtop.errors import InputError
 from ppwtop.importers import import_notes, load_power, load_trace
@@ -201,11 +207,7 @@ def main(argv: list[str]) -> int:
             from ppwtop.cli.common import UsageError
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
-    if a.power_gpus is not None and a.power is None:
-        from ppwtop.cli.common import UsageError
-
-        raise UsageError("ppwtop attribute: --power-gpus maps a --power log's GPUs: give "
-                         "--power")
+    require_power_for_gpus("attribute", a.power_gpus, a.power)
     check_output(a.output)  # before the run, which may take minutes
     owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)
@@ -222,8 +224,7 @@ def main(argv: list[str]) -> int:
     if a.power_gpus is not None:
         meta["power_gpus"] = a.power_gpus
     snap = dataclasses.replace(snap, warnings=tuple(warnings) + snap.warnings, meta=meta)
-    for w in snap.warnings:
-        print(f"ppwtop: warning: {w}", file=sys.stderr)
+    print_warnings(snap.warnings)
     write_snapshot(snap, a.output)
     t = snap.totals
     print(f"{a.output}: {t.energy_j:.1f} J over {snap.window.duration_s:.2f} s "

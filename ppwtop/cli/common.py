@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
 
@@ -66,6 +67,20 @@ def nonempty_path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return Path(text)
+
+
+def print_warnings(*groups: Iterable[str]) -> None:
+    """Each distinct line of ``groups``, in order, as ``ppwtop: warning: …`` on stderr: the
+    notes of the readers, the merge and the snapshot, printed alike by every command."""
+    for w in dict.fromkeys(w for g in groups for w in g):
+        print(f"ppwtop: warning: {w}", file=sys.stderr)
+
+
+def require_power_for_gpus(command: str, power_gpus: object, power: object) -> None:
+    """``--power-gpus`` maps a ``--power`` log's GPUs: without ``--power``, a usage error."""
+    if power_gpus is not None and not power:
+        raise UsageError(f"ppwtop {command}: --power-gpus maps a --power log's GPUs: give "
+                         "--power")
 
 
 def gpu_list(text: str) -> list[int]:

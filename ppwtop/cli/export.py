@@ -16,7 +16,7 @@ import numpy as np
 from attribution.model import Trace
 from attribution.presets import preset_for_name
 from attribution.snapshot import Snapshot
-from ppwtop.cli.common import gpu_list, parser
+from ppwtop.cli.common import gpu_list, parser, print_warnings, require_power_for_gpus
 from ppwtop.errors import InputError
 from ppwtop.fileio import read_head
 
@@ -68,8 +68,7 @@ def _with_power(trace: Trace, path: str, tz: str | None, gpus: list[int] | None)
     from ppwtop.importers import load_power
 
     merged, warnings = merge_power(trace, load_power(path, tz=tz), path, tz=tz, gpus=gpus)
-    for w in warnings:
-        print(f"ppwtop: warning: {w}", file=sys.stderr)
+    print_warnings(warnings)
     return merged
 
 
@@ -95,6 +94,7 @@ def main(argv: list[str]) -> int:
                         "running at each instant (the naive split, no sensor model) instead "
                         "of the engine's attribution, e.g. to compare the two")
     args = p.parse_args(argv)
+    require_power_for_gpus("export", args.power_gpus, args.power)
 
     from ppwtop.exporters.perfetto import export_snapshot, export_trace, write_perfetto
     from ppwtop.report import load_snapshot
@@ -114,8 +114,6 @@ def main(argv: list[str]) -> int:
         notes = import_notes(args.input, trace)
         if args.power:
             trace = _with_power(trace, args.power, args.power_tz, args.power_gpus)
-        elif args.power_gpus is not None:
-            raise InputError(args.input, "--power-gpus maps a --power log's GPUs: give --power")
         if snap is not None:
             notes += snapshot_checks(trace, snap, args.snapshot)
         doc = export_trace(trace, snap, source=str(args.input), use_engine=not args.power_split)
@@ -123,8 +121,7 @@ def main(argv: list[str]) -> int:
             doc["metadata"]["warnings"] = [*notes, *doc["metadata"].get("warnings", [])]
         # and what the engine said of the energies (no power, another GPU's log, a short
         # run), on stderr too, as `attribute` prints it: it was only in the file's notes
-        for w in dict.fromkeys((*notes, *doc["metadata"].get("notes", []))):
-            print(f"ppwtop: warning: {w}", file=sys.stderr)
+        print_warnings(notes, doc["metadata"].get("notes", []))
     write_perfetto(doc, args.perfetto)
     md = doc["metadata"]
     n = sum(1 for e in doc["traceEvents"] if e["ph"] != "M")

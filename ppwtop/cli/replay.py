@@ -9,10 +9,9 @@ replays ``--seconds`` of the recording at once (default: all of it), writes the 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from ppwtop.cli.common import UsageError, parser, positive_float
+from ppwtop.cli.common import UsageError, parser, positive_float, print_warnings
 from ppwtop.errors import PpwtopError
 from ppwtop.terminal import need_terminal
 
@@ -65,8 +64,7 @@ def main(argv: list[str]) -> int:
         snap = with_sla(snap, args.sla_ms)
         # the reader's notes, then the snapshot's own lines (no power, a short run, ...), as
         # `attribute` prints them: a trace without power used to replay as 0 J with no word
-        for w in dict.fromkeys((*feed.notes, *snap.warnings)):
-            print(f"ppwtop: warning: {w}", file=sys.stderr)
+        print_warnings(feed.notes, snap.warnings)
         if args.export is not None:
             from ppwtop.snapshot_io import write_snapshot
 
