@@ -59,6 +59,7 @@ def test_status_out_passes_lines_through_until_it_fails() -> None:
     buf = io.StringIO()
     so = StatusOut(buf)
     print("ppwtop: one", file=so, flush=True)
+    assert buf.getvalue() == "ppwtop: one\n" and not so.broken
     buf.close()
     print("ppwtop: two", file=so, flush=True)  # a closed stream: swallowed
     assert so.broken
