@@ -166,18 +166,19 @@ def test_rows_with_a_value_no_board_reads_are_skipped(tmp_path: Path) -> None:
         "2024/01/10 12:00:00.030, 1e30, 1410, 0x0\n"
         "2024/01/10 12:00:00.040, inf, 1410, 0x0\n"
         "2024/01/10 12:00:00.050, 105.0, 1e30, 0x0\n"
-        "2024/01/10 12:00:00.060, 106.0, 1410, 0x0\n"))
+        "2024/01/10 12:00:00.060, 106.0, 1410, 0x0\n"
+        "2024/01/10 12:00:00.070, inf, 1e30, -4\n"))  # skipped: its bad cells count there
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         t = load_smi_csv(p, tz="UTC")
-    assert t.meta["skipped_rows"] == 2
+    assert t.meta["skipped_rows"] == 3
     assert t.power.power_mw.tolist() == [100000, 101000, 102000, 105000, 106000]
     assert t.clocks.clock_reasons.tolist() == [4, 0, 0, 0, 0]
     assert t.clocks.sm_mhz.tolist() == [1410, 1410, 1410, -1, 1410]
     assert sorted(t.meta["notes"]) == [
         "1 unparsable cell(s) of column clocks.current.sm read as unknown",
         "2 unparsable cell(s) of column clocks_event_reasons.active read as unknown",
-        "skipped 2 unparsable row(s) of 7"]
+        "skipped 3 unparsable row(s) of 8"]
 
 
 def test_negative_power_is_a_damaged_row(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
                                                      "clocks.current.memory",
                                                      "temperature.gpu") if c in col]
     power_cols = {c for c, _ in fields}
-    unknown: dict[str, int] = {}  # auxiliary column → cells read as unknown
+    unknown: dict[str, B] = {}  # auxiliary column → its cells read as unknown
     for c in numeric:
         v, v_ok = _parse_numbers(column(c))
         values[c] = v
@@ -123,7 +123,7 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
             bad = ~v_ok | (np.abs(v) > MAX_VALUE)  # NaN (a missing cell) is not bad
             if c in AUX_COLUMNS:  # a clock or temperature no one can read: unknown, the
                 v[bad] = np.nan   # row's power still good
-                unknown[c] = int(bad.sum())
+                unknown[c] = bad
                 continue
             ok &= ~bad
             if c in power_cols:  # no board draws negative power: the row is damaged
@@ -131,7 +131,7 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     reasons: npt.NDArray[np.uint64] | None = None
     if "clocks_event_reasons.active" in col:
         reasons, r_ok = _parse_hex(column("clocks_event_reasons.active"))
-        unknown["clocks_event_reasons.active"] = int((~r_ok).sum())  # read as no reason
+        unknown["clocks_event_reasons.active"] = ~r_ok  # read as no reason
     if "index" in values:  # a GPU index: a small non-negative integer (empty: GPU 0)
         idx = values["index"]
         with np.errstate(invalid="ignore"):
@@ -183,8 +183,9 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
         POLL_TIME_KEY: POLL_TIME,  # rows are stamped when polled, not when published
     })
     notes = [f"skipped {skipped} unparsable row(s) of {len(rows)}"] if skipped else []
+    # (counted in the rows kept: a skipped row's cells are in its count already)
     notes += [f"{k} unparsable cell(s) of column {c} read as unknown"
-              for c, k in unknown.items() if k]
+              for c, bad in unknown.items() if (k := int(np.count_nonzero(bad & ok)))]
     if notes:
         trace.meta["notes"] = notes
     return trace
