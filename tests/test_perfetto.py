@@ -211,6 +211,20 @@ def test_cli_a_snapshot_of_another_run_is_refused_or_told(
                for w in orjson.loads(out.read_bytes())["metadata"]["warnings"])
 
 
+def test_power_split_averages_readings_sharing_a_stamp_as_the_engine_does() -> None:
+    """Two samplers merged: each 100 W reading has a 300 W twin at the same stamp.  The
+    split integrates their mean, as the engine reads them (it kept whichever came first)."""
+    tr = make_trace()
+    cols = tr.power.columns()
+    twin = {k: v.copy() for k, v in cols.items()}
+    twin["power_mw"] = np.full(len(tr.power), 300_000, np.int64)
+    tr = dataclasses.replace(tr, power=PowerBatch(**{k: np.concatenate([cols[k], twin[k]])
+                                                     for k in cols}))
+    doc = orjson.loads(orjson.dumps(perfetto.export_trace(tr, use_engine=False)))
+    relu = [e for e in slices(validate(doc), "kernel") if e["name"] == "relu"]
+    assert relu[0]["args"]["energy_j"] == pytest.approx(1.0, rel=1e-6)  # 200 W, not 100 W
+
+
 def test_engine_path_runs_and_closes(tmp_path: Path) -> None:
     rec = tmp_path / "t.ppw"
     write_recording(rec, make_trace())

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attribution.engine.build import attribute_arrays, trace_window
-from attribution.engine.timebase import MAX_BOARD_POWER_W
+from attribution.engine.timebase import MAX_BOARD_POWER_W, one_per_stamp
 from attribution.idle import idle_intervals
 from attribution.model import F64, I64, CopyKind, MemKind, PowerField, Trace
 from attribution.snapshot import IDLE_CAUSES, Snapshot
@@ -173,7 +173,8 @@ def _board_energy(trace: Trace) -> dict[int, Callable[[I64], F64]] | None:
     if len(p) == 0:
         return None
     out: dict[int, Callable[[I64], F64]] = {}
-    # as the engine: no board draws negative power or more than MAX_BOARD_POWER_W (damage)
+    # the readings as the engine takes them (timebase.one_per_stamp: the unusable dropped --
+    # negative, not finite, past any board's draw -- and those sharing a stamp averaged)
     usable = (p.power_mw >= 0) & (p.power_mw <= MAX_BOARD_POWER_W * 1e3)
     for dev in np.unique(p.device[usable]).tolist():
         on_dev = usable & (p.device == dev)
@@ -182,9 +183,7 @@ def _board_energy(trace: Trace) -> dict[int, Callable[[I64], F64]] | None:
         if field is None:
             continue
         m = on_dev & (p.field == int(field))
-        t, idx = np.unique(p.t_ns[m], return_index=True)
-        w = p.power_mw[m][idx].astype(np.float64) * 1e-3
-        out[int(dev)] = _integral(t, w)
+        out[int(dev)] = _integral(*one_per_stamp(p.t_ns[m], p.power_mw[m] * 1e-3))
     return out or None
 
 
