@@ -51,6 +51,10 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("tmux") is None:
         sys.exit("demo_startup: needs tmux")
+    from attribution import native as extension
+
+    if not extension.built():  # both forms would run scipy's filter: a ratio near 1
+        sys.exit("demo_startup: attribution._native is not built; nothing to compare")
     got: dict[bool, list[float]] = {True: [], False: []}
     for r in range(args.rounds):
         for native in ((True, False) if r % 2 == 0 else (False, True)):
