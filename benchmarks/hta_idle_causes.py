@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attribution.idle import idle_intervals
+from attribution.idle import idle_intervals, work_devices
 from attribution.model import Trace
 from attribution.snapshot import IDLE_CAUSES
 from ppwtop.importers.kineto import load_kineto
@@ -79,7 +79,7 @@ def ours(tr: Trace) -> tuple[dict[str, float], int]:
     """ppwtop's idle time (µs) per cause over the GPU span, summed over devices; devices."""
     s, e, dev, _stream, _corr = _items(tr)
     out = dict.fromkeys(IDLE_CAUSES, 0.0)
-    devices = sorted(set(dev.tolist()))
+    devices = work_devices(tr)
     for d in devices:
         on = dev == d
         gaps = idle_intervals(tr, int(s[on].min()), int(e[on].max()), [d])
@@ -91,7 +91,9 @@ def ours(tr: Trace) -> tuple[dict[str, float], int]:
 def crosstab(tr: Trace) -> dict[tuple[str, str], float]:
     """On a one-stream trace (each stream gap is a device gap): idle ms by (HTA's category, our
     cause), HTA's rule taken at ns on the same gaps, so only the rules differ."""
-    gaps = idle_intervals(tr, *_span(tr))
+    span = tr.gpu_span_ns()
+    assert span is not None  # (only traces with GPU items are compared)
+    gaps = idle_intervals(tr, *span)
     s, e, _dev, _stream, corr = _items(tr)
     order = np.argsort(s, kind="stable")
     s, e, corr = s[order], e[order], corr[order]
@@ -108,11 +110,6 @@ def crosstab(tr: Trace) -> dict[tuple[str, str], float]:
         key = (h, IDLE_CAUSES[int(gaps.cause[g])])
         out[key] = out.get(key, 0.0) + dur_ns / 1e6
     return out
-
-
-def _span(tr: Trace) -> tuple[int, int]:
-    s, e, *_ = _items(tr)
-    return int(s.min()), int(e.max())
 
 
 def hta(path: Path) -> dict[str, float]:
