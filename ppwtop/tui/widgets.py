@@ -100,14 +100,9 @@ def sync_table(
         except Exception:
             cursor_key = None
     col_keys = [c.value for c in table.columns]
-    seen: set[str] = set()
-    unique = []
-    for asked, cells in rows:
-        key = unique_key(asked, seen)
-        seen.add(key)
-        unique.append((key, cells))
-    rows = unique
     wanted = {k for k, _ in rows}
+    if len(wanted) != len(rows):  # the callers make them unique, where they map key → row
+        raise ValueError("sync_table: row keys must be unique (unique_key)")
     for rk in [rk for rk in table.rows if rk.value not in wanted]:
         table.remove_row(rk)
     existing = {rk.value for rk in table.rows}
