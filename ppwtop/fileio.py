@@ -1,7 +1,8 @@
 """Reading input files: every read problem becomes one :class:`InputError` naming the file.
 
 Owns the error wording for missing, directory, unreadable and corrupt-gzip inputs, so the
-importers, the snapshot reader, the owners file and the exporters all say the same thing.
+importers, the snapshot reader, the owners file and the exporters all say the same thing;
+and :func:`unwritable`, the one check an output path gets before a long run.
 Only regular files are read: a FIFO would block the read forever and a device (``/dev/zero``)
 never ends, so either is refused before it is opened.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 import stat
 import zlib
 from collections.abc import Iterator
@@ -18,6 +20,21 @@ from pathlib import Path
 from ppwtop.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+def unwritable(p: Path) -> str | None:
+    """Why ``p`` cannot be written as a file, where that is knowable without creating it (a
+    directory there, a missing or non-directory parent, no permission); None otherwise."""
+    if p.is_dir():
+        return "is a directory"
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        return f"no such directory {str(parent)!r}"
+    if not parent.is_dir():
+        return f"{str(parent)!r} is not a directory"
+    if not os.access(p, os.W_OK) if p.exists() else not os.access(parent, os.W_OK | os.X_OK):
+        return "permission denied"
+    return None
 
 
 def check_regular(p: Path) -> None:

@@ -6,7 +6,6 @@ Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import orjson
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
-from ppwtop.fileio import read_bytes
+from ppwtop.fileio import read_bytes, unwritable
 from ppwtop.recording.format import MAGIC as RECORDING_MAGIC
 
 
@@ -58,19 +57,9 @@ def check_output(path: str | Path) -> None:
     non-directory parent, no write permission."""
     if str(path) == "":
         raise InputError(path, "cannot write: the output path is empty")
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(p, "cannot write: Is a directory")
-    parent = p.parent
-    if not parent.exists():
-        raise InputError(p, f"cannot write: no such directory {str(parent)!r}")
-    if not parent.is_dir():
-        raise InputError(p, f"cannot write: {str(parent)!r} is not a directory")
-    if p.exists():
-        if not os.access(p, os.W_OK):
-            raise InputError(p, "cannot write: Permission denied")
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(p, "cannot write: Permission denied")
+    why = unwritable(Path(path))
+    if why is not None:
+        raise InputError(path, f"cannot write: {why}")
 
 
 def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ppwtop.errors import PpwtopError
+from ppwtop.fileio import unwritable
 from ppwtop.live.signals import terminate_ends_session
 from ppwtop.terminal import need_terminal
 
@@ -41,12 +42,9 @@ def check_record_path(path: Path) -> None:
         # cannot hold a recording that is read back and cut to its last whole chunk
         raise PpwtopError(f"{path}: not a regular file (a named pipe, device or socket): "
                           "a recording must be a file")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise PpwtopError(f"{path}: cannot create recording: no such directory {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
-                                                     and not os.access(path, os.W_OK)):
-        raise PpwtopError(f"{path}: cannot create recording: permission denied")
+    why = unwritable(path)
+    if why is not None:
+        raise PpwtopError(f"{path}: cannot create recording: {why}")
 
 
 def sim_config(backend: str, scenario: str | None, gpu: str | None, seconds: float | None,
