@@ -97,3 +97,30 @@ def test_where_the_old_file_cannot_be_unlinked_it_is_truncated(
     RecordingWriter(path, {"pid": 1}).close()
     assert path.stat().st_ino == inode
     assert RecordingReader(path).meta["pid"] == 1
+
+
+def test_a_recording_through_a_symlink_replaces_the_file_it_leads_to(tmp_path: Path) -> None:
+    """The symlink stays a symlink (``-o latest.ppw`` pointing into a runs folder), and a
+    reader of the old target keeps reading it whole; before, the target was truncated in
+    place under the reader."""
+    target = tmp_path / "runs" / "r.ppw"
+    target.parent.mkdir()
+    target.write_bytes(b"old contents")
+    target.chmod(0o640)
+    link = tmp_path / "latest.ppw"
+    link.symlink_to(target)
+    with target.open("rb") as held:
+        RecordingWriter(link, {"pid": 7}).close()
+        assert held.read() == b"old contents"
+        assert os.fstat(held.fileno()).st_ino != target.stat().st_ino
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert RecordingReader(link).meta["pid"] == 7
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_dangling_symlink_is_written_through(tmp_path: Path) -> None:
+    link = tmp_path / "latest.ppw"
+    link.symlink_to(tmp_path / "new.ppw")
+    RecordingWriter(link, {"pid": 8}).close()
+    assert link.is_symlink()
+    assert RecordingReader(tmp_path / "new.ppw").meta["pid"] == 8

@@ -102,8 +102,9 @@ class RecordingWriter:
         A regular file already at the path is unlinked and a new one created in its place,
         not truncated in place: a reader may have the old one mapped (``replay`` of the run
         before), and truncation under its mapping kills it with SIGBUS; the new file takes the
-        old one's permissions.  Anything else there (a symlink, ``/dev/null``) is opened and
-        truncated as asked."""
+        old one's permissions.  A symlink to a regular file stays a symlink: the file it leads
+        to is replaced so.  Anything else there (``/dev/null``, a FIFO) is opened and truncated
+        as asked."""
         flags = os.O_WRONLY | os.O_CREAT
         try:
             try:
@@ -111,10 +112,11 @@ class RecordingWriter:
             except FileExistsError:
                 pass
             try:
-                old = os.lstat(self.path)
+                target = os.path.realpath(self.path)  # the path itself unless a symlink
+                old = os.stat(target)
                 if stat.S_ISREG(old.st_mode):
-                    os.unlink(self.path)
-                    fd = os.open(self.path, flags | os.O_EXCL, 0o600)
+                    os.unlink(target)
+                    fd = os.open(target, flags | os.O_EXCL, 0o600)
                     with contextlib.suppress(OSError):  # the old file's permissions
                         os.fchmod(fd, stat.S_IMODE(old.st_mode))
                     return fd, False
