@@ -209,6 +209,10 @@ def test_declared_gpus_without_activity_get_one_line_not_one_each() -> None:
     assert not any("no power readings" in w or "usable power" in w for w in snap.warnings)
     listed = [w for w in snap.warnings if "device list" in w]
     assert len(listed) == 1 and listed[0].startswith("GPUs 0-7:")
+    # ... and no idle on them (it read as 8 x the window of host_stall), and no second line
+    # saying the same as that one
+    assert sum(i.time_s for i in snap.idle) == 0.0
+    assert not any("no kernels" in w for w in snap.warnings)
     tr.devices = [dataclasses.replace(gpu0, index=i) for i in (2, 5)]
     snap = attribute(tr, n_boot=5)
     assert next(w for w in snap.warnings if "device list" in w).startswith("GPUs 2, 5:")

@@ -370,3 +370,18 @@ def test_power_split_drops_damaged_readings_as_the_engine_does(damaged_mw: int) 
     assert min(energies) >= 0
     relu = [e for e in slices(events, "kernel") if e["name"] == "relu"]
     assert relu[0]["args"]["energy_j"] == pytest.approx(0.5, rel=1e-6)
+
+
+def test_gpus_a_trace_only_declares_get_no_idle_slices() -> None:
+    """A trace with host calls and eight declared GPUs but no GPU record or reading (a CUPTI
+    range profiler's trace): no idle slices, as the engine gives no idle rows there (each GPU
+    drew one slice as long as the run before)."""
+    tr = make_trace()
+    assert len(tr.apis)
+    gpu0 = DeviceInfo(index=0, name="NVIDIA A100-SXM4-40GB")
+    tr = dataclasses.replace(tr, kernels=KernelBatch.empty(), copies=CopyBatch.empty(),
+                             power=PowerBatch.empty(),
+                             devices=[dataclasses.replace(gpu0, index=i) for i in range(8)])
+    doc = orjson.loads(orjson.dumps(perfetto.export_trace(tr, use_engine=False)))
+    assert slices(doc["traceEvents"], "idle") == []
+    assert slices(perfetto.export_trace(make_trace(), use_engine=False)["traceEvents"], "idle")

@@ -1143,8 +1143,6 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
             win = (int(trace.power.t_ns.min()), int(trace.power.t_ns.max()))
         else:
             win = (0, 0)
-    if len(trace.kernels) == 0:
-        warnings.append("the trace has no kernels")
     devs = device_indices(trace)
     busy_devs = set(work_devices(trace))
     untraced = [d for d in devs if d not in busy_devs]
@@ -1180,7 +1178,11 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     if empty:
         warnings.append(f"{_gpu_list(empty)}: in the trace's device list, but no kernel, copy "
                         "or power reading; nothing to attribute there")
-    idle = idle_intervals(trace, win[0], win[1], devs)
+    if len(trace.kernels) == 0 and (not devs or len(empty) < len(devs)):  # else: the line above
+        warnings.append("the trace has no kernels")
+    # a GPU with nothing to attribute has no idle either: the profiler saw a context, not a
+    # run there (8 GPUs x the window of host_stall on a trace of one process's ranges)
+    idle = idle_intervals(trace, win[0], win[1], [d for d in devs if d not in empty])
     idle_e = _idle_power_w(results, idle.device) * idle.duration_ns.astype(np.float64) * 1e-9
     out: dict[int, tuple[F64, F64]] = {}
     for src, batch in ((0, trace.kernels), (1, trace.copies), (2, trace.memsets)):

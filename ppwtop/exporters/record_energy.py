@@ -88,9 +88,10 @@ def record_energies(trace: Trace, snapshot: Snapshot | None = None, *,
 
 def idle_gaps(trace: Trace) -> tuple[I64, I64, I64, list[str]]:
     """Idle gaps (start, end, device, cause) as the engine classifies them; none for a trace
-    with no GPU activity."""
+    with no GPU activity, nor on GPUs it only declares (as the engine: nothing ran there)."""
     win = trace_window(trace)
-    if win is None:
+    nothing = not any(len(b) for b in (trace.kernels, trace.copies, trace.memsets, trace.power))
+    if win is None or nothing:
         z = np.empty(0, np.int64)
         return z, z.copy(), z.copy(), []
     iv = idle_intervals(trace, win[0], win[1])
