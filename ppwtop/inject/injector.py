@@ -96,7 +96,8 @@ def inject(pid: int, code: str, *, timeout_s: float, method: Method = "auto",
         problem = gdb_mod.gdb_problem(gdb_path)
         if problem is not None:
             raise AttachError(pid, f"gdb cannot inject here: {problem}",
-                              "use --method ptrace" if ptrace_call.supported() else None)
+                              'inject(method="ptrace"), what ppwtop attach uses on x86-64'
+                              if ptrace_call.supported() else None)
     staging, payload = _stage(code, info.uid)
     boot = bootstrap_source(payload, staging)
     keep = False
