@@ -30,7 +30,8 @@ GDB_FAILURES: list[tuple[str, str, str | None]] = [
     (_XSTATE,
      "this gdb cannot write the CPU's extended register state (AMX: gdb's XSAVE buffer is "
      "too small)",
-     "use the built-in injector (method=\"ptrace\", ppwtop attach's default on x86-64) or a newer gdb"),
+     "use the built-in injector (method=\"ptrace\", ppwtop attach's default on x86-64) "
+     "or a newer gdb"),
     ('No symbol "PyGILState_Ensure"',
      "gdb found no Python C API symbols in the target", "is it a CPython process?"),
     ("No symbol table is loaded",
@@ -143,7 +144,8 @@ def inject_gdb(pid: int, source: str, script_path: str, *, timeout_s: float,
         raise AttachError(pid, f"gdb did not finish within {timeout_s:g} s; it was stopped "
                                "mid-call and the target may be left hung",
                           "gdb calls in wherever the main thread is; the built-in "
-                          "injector (method=\"ptrace\", the default on x86-64) avoids that") from None
+                          "injector (method=\"ptrace\", the default on x86-64) avoids "
+                          "that") from None
     err = map_gdb_output(pid, proc.returncode, proc.stdout + proc.stderr)
     if err is not None:
         raise err
