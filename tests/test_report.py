@@ -323,3 +323,42 @@ def test_a_title_that_is_not_utf8_is_a_one_line_error(
     assert err.startswith("ppwtop: error:") and err.count("\n") == 1
     assert "--title: not valid UTF-8" in err and "internal error" not in err
     assert not out.exists()
+
+
+def test_a_snapshot_without_power_is_reported_by_time_not_as_zero_joules(
+        tmp_path: Path) -> None:
+    """Found by an audit on the real Kineto traces (none has a power log): every energy was
+    0, so "top 15 by energy" was alphabetical (ResNet-50's three longest kernels left out),
+    zeros read as measured with a [0, 0] interval, and the plan said "Nothing to do" on a
+    run 33 % host-stalled.  Now: energies n/a, kernels and idle by time, and the plan names
+    where the GPU time went."""
+    from attribution.engine import attribute
+    from ppwtop.report.model import build_report
+    from ppwtop.snapshot_io import write_snapshot
+    from tests.test_engine import hand_trace
+
+    snap = attribute(hand_trace(seconds=2.0, power=False), n_boot=5)
+    assert snap.totals.energy_j == 0.0 and len(snap.kernels) >= 2
+    src = tmp_path / "s.json"
+    write_snapshot(snap, src)
+    for suffix in ("md", "html"):
+        out = tmp_path / f"r.{suffix}"
+        assert main(["report", str(src), "-o", str(out)]) == 0
+        text = out.read_text()
+        assert "by time" in text and "by energy" not in text
+        assert "[0, 0]" not in text and "Nothing to do" not in text
+        assert "no power readings in this snapshot" in text
+        assert "of the GPU time" in text
+    r = build_report(snap)
+    assert not r.energy_known
+    times = [k.time_s for k in r.kernels]
+    assert times == sorted(times, reverse=True)
+    longest = max(snap.kernels, key=lambda k: k.time_s)
+    assert r.kernels[0].name == longest.name
+    ops = {o.label: o.after for o in r.operating_points}
+    assert ops["total energy"] is None and ops["average power"] is None
+    # a snapshot with power keeps its energies and its order
+    r2 = build_report(make_snapshot())
+    assert r2.energy_known and r2.time_view == ()
+    assert [k.energy_j for k in r2.kernels] == sorted((k.energy_j for k in r2.kernels),
+                                                      reverse=True)

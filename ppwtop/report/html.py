@@ -14,7 +14,15 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ppwtop.report.markdown import NOT_RESOLVABLE, closure_line, num, pct, signed_pct
+from ppwtop.report.markdown import (
+    NOT_RESOLVABLE,
+    closure_line,
+    known,
+    num,
+    order_word,
+    pct,
+    signed_pct,
+)
 from ppwtop.report.model import Report
 
 CSS = """
@@ -95,10 +103,11 @@ def render_html(r: Report) -> str:
     # energy breakdown
     parts.append("<h2>Energy breakdown</h2>")
     bh = ["category", "energy J", "share"] + (["before J"] if r.has_baseline else [])
-    brows = [[e(b.category), num(b.energy_j), pct(b.share)]
+    brows = [[e(b.category), num(known(r, b.energy_j)), pct(known(r, b.share))]
              + ([num(b.before_energy_j)] if r.has_baseline else []) for b in r.breakdown]
     parts.append(_table(bh, brows, [False] + [True] * (len(bh) - 1)))
-    parts.append(charts.div(_breakdown_chart(r), "ppw-energy-breakdown"))
+    if r.energy_known:  # a treemap of 0 J is empty
+        parts.append(charts.div(_breakdown_chart(r), "ppw-energy-breakdown"))
 
     # bottlenecks
     parts.append("<h2>Bottleneck ranking</h2>")
@@ -118,16 +127,19 @@ def render_html(r: Report) -> str:
         parts.append("<p>No inefficiencies were ranked in this snapshot.</p>")
 
     # kernels
-    parts.append(f"<h2>Kernels (top {len(r.kernels)} of {r.kernel_count} by energy)</h2>")
+    parts.append(f"<h2>Kernels (top {len(r.kernels)} of {r.kernel_count} by {order_word(r)})"
+                 "</h2>")
     if r.kernels:
         rows = []
         for k in r.kernels:
-            res = "yes" if k.resolvable else f'<span class="nr">{NOT_RESOLVABLE}</span>: ' \
-                                             f"{e(k.note)}"
-            rows.append([e(k.name), str(k.gpu), str(k.calls), num(k.time_s), num(k.energy_j),
-                         pct(k.share), num(k.dynamic_energy_j),
-                         f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]",
-                         num(k.avg_power_w), res])
+            res = ("n/a" if not r.energy_known else "yes" if k.resolvable
+                   else f'<span class="nr">{NOT_RESOLVABLE}</span>: {e(k.note)}')
+            ci = (f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]" if r.energy_known
+                  else "n/a")
+            rows.append([e(k.name), str(k.gpu), str(k.calls), num(k.time_s),
+                         num(known(r, k.energy_j)), pct(known(r, k.share)),
+                         num(known(r, k.dynamic_energy_j)), ci, num(known(r, k.avg_power_w)),
+                         res])
         parts.append(_table(["kernel", "gpu", "calls", "time s", "energy J", "share",
                              "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows,
                             [False] + [True] * 8 + [False]))
@@ -138,8 +150,8 @@ def render_html(r: Report) -> str:
     parts.append("<h2>Idle by cause</h2>")
     if r.idle:
         parts.append(_table(["cause", "time s", "energy J", "share", "gaps"],
-                            [[e(i.cause), num(i.time_s), num(i.energy_j), pct(i.share),
-                              str(i.count)] for i in r.idle],
+                            [[e(i.cause), num(i.time_s), num(known(r, i.energy_j)),
+                              pct(known(r, i.share)), str(i.count)] for i in r.idle],
                             [False, True, True, True, True]))
     else:
         parts.append("<p>No idle intervals.</p>")
@@ -159,8 +171,12 @@ def render_html(r: Report) -> str:
             + f"<li>confirm (rollback-safe): {_code(v.check)}</li></ul></li>"
             for v in r.interventions)
         parts.append(f"<ol>{items}</ol>")
-    else:
+    elif r.energy_known:
         parts.append("<p>Nothing to do: no ranked inefficiencies.</p>")
+    else:
+        parts.append("<p>Nothing ranked: ranking needs energies and this snapshot has no power "
+                     "readings. Where the GPU time went:</p><ul>"
+                     + "".join(f"<li>{e(v)}</li>" for v in r.time_view) + "</ul>")
 
     # verdict
     parts.append("<h2>Verdict</h2>")

@@ -45,6 +45,24 @@ def closure_line(closure_error: float | None) -> str:
     return f"Attribution closure error vs measured energy: {pct(closure_error)}."
 
 
+def known(r: Report, v: float | None) -> float | None:
+    """An energy-derived value as measured, or None (shown n/a) where the snapshot's energies
+    are unknown (no power readings: they are 0 by convention, not measured)."""
+    return v if r.energy_known else None
+
+
+def order_word(r: Report) -> str:
+    return "energy" if r.energy_known else "time"
+
+
+def nothing_ranked(r: Report) -> list[str]:
+    """The intervention plan's text when nothing is ranked."""
+    if r.energy_known:
+        return ["Nothing to do: no ranked inefficiencies."]
+    return ["Nothing ranked: ranking needs energies and this snapshot has no power readings. "
+            "Where the GPU time went:", ""] + [f"- {esc(v)}" for v in r.time_view]
+
+
 def signed_pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:+.1f} %"
 
@@ -90,7 +108,7 @@ def render_markdown(r: Report) -> str:
     bheader = ["category", "energy J", "share"] + (["before J"] if r.has_baseline else [])
     brows = []
     for b in r.breakdown:
-        row = [b.category, num(b.energy_j), pct(b.share)]
+        row = [b.category, num(known(r, b.energy_j)), pct(known(r, b.share))]
         if r.has_baseline:
             row.append(num(b.before_energy_j))
         brows.append(row)
@@ -112,17 +130,21 @@ def render_markdown(r: Report) -> str:
         lines.append("No inefficiencies were ranked in this snapshot.")
     lines.append("")
 
-    lines += [f"## Kernels (top {len(r.kernels)} of {r.kernel_count} by energy)", ""]
+    lines += [f"## Kernels (top {len(r.kernels)} of {r.kernel_count} by {order_word(r)})", ""]
     if r.kernels:
         rows = []
         for k in r.kernels:
-            ci = f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]"
-            res = "yes" if k.resolvable else f"**{NOT_RESOLVABLE}**: {esc(k.note)}"
-            rows.append([esc(k.name), str(k.gpu), str(k.calls), num(k.time_s), num(k.energy_j),
-                         pct(k.share), num(k.dynamic_energy_j), ci, num(k.avg_power_w), res])
+            ci = (f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]" if r.energy_known
+                  else "n/a")
+            res = ("n/a" if not r.energy_known else "yes" if k.resolvable
+                   else f"**{NOT_RESOLVABLE}**: {esc(k.note)}")
+            rows.append([esc(k.name), str(k.gpu), str(k.calls), num(k.time_s),
+                         num(known(r, k.energy_j)), pct(known(r, k.share)),
+                         num(known(r, k.dynamic_energy_j)), ci, num(known(r, k.avg_power_w)),
+                         res])
         lines += table(["kernel", "gpu", "calls", "time s", "energy J", "share",
                         "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows)
-        if any(not k.resolvable for k in r.kernels):
+        if r.energy_known and any(not k.resolvable for k in r.kernels):
             lines += ["", f"Rows marked *{NOT_RESOLVABLE}* carry a prior-based split: the data "
                           "cannot separate them from the classes named."]
     else:
@@ -132,8 +154,8 @@ def render_markdown(r: Report) -> str:
     lines += ["## Idle by cause", ""]
     if r.idle:
         lines += table(["cause", "time s", "energy J", "share", "gaps"],
-                       [[esc(i.cause), num(i.time_s), num(i.energy_j), pct(i.share),
-                         str(i.count)] for i in r.idle])
+                       [[esc(i.cause), num(i.time_s), num(known(r, i.energy_j)),
+                         pct(known(r, i.share)), str(i.count)] for i in r.idle])
     else:
         lines.append("No idle intervals.")
     lines.append("")
@@ -148,7 +170,7 @@ def render_markdown(r: Report) -> str:
                 lines.append(f"   - expected effect: {prose(v.validation)}")
             lines.append(f"   - confirm (rollback-safe): {v.check}")
     else:
-        lines.append("Nothing to do: no ranked inefficiencies.")
+        lines += nothing_ranked(r)
     lines.append("")
 
     lines += ["## Verdict", ""]

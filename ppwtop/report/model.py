@@ -130,12 +130,50 @@ class Report:
     comparable: bool = True
     """False where the baseline's runs are not comparable (the diff's comparability under
     its minimum): the before/after changes are shown without "better"/"worse"."""
+    energy_known: bool = True
+    """False for a snapshot without power readings (:func:`energy_known`): its energies are
+    0 by convention, not measured; the renderers show them as n/a, the tables are ordered by
+    time and ``time_view`` stands in for the ranking."""
+    time_view: tuple[str, ...] = ()
+    """Where the GPU time went (largest idle causes and kernels, shares of GPU time), for a
+    snapshot whose energies are unknown; () otherwise."""
+
+
+def energy_known(snap: Snapshot) -> bool:
+    """Whether the snapshot's energies were measured: some GPU had power readings (a sensor
+    field) or energy was attributed.  Without, every energy is 0 and nothing is ranked (a
+    trace attributed with no ``--power``)."""
+    return snap.totals.energy_j > 0 or any(g.sensor.field != "none" for g in snap.gpus)
+
+
+NO_POWER = ("no power readings in this snapshot: energies are unknown (n/a, not 0 J), so "
+            "nothing is ranked and the tables are ordered by time; for energies attribute with "
+            "--power (an nvidia-smi log of the run) or record the run with ppwtop record")
+
+
+def _time_view(snap: Snapshot, n: int = 3) -> tuple[str, ...]:
+    """The largest idle causes and kernel classes by time, as shares of the GPUs' time."""
+    gpus = {k.gpu for k in snap.kernels} | {c.gpu for c in snap.copies} | {
+        i.gpu for i in snap.idle if i.time_s > 0}
+    gpu_s = snap.window.duration_s * max(len(gpus), 1)
+    if gpu_s <= 0:
+        return ()
+
+    def line(what: str, t: float) -> str:
+        return f"{what}: {t:.4g} s, {100 * t / gpu_s:.1f} % of the GPU time ({gpu_s:.4g} s)"
+
+    idle = sorted(((i.cause, i.time_s) for i in _idle(snap, by_time=True) if i.time_s > 0),
+                  key=lambda x: -x[1])[:n]
+    kern = sorted(snap.kernels, key=lambda k: (-k.time_s, k.name, k.gpu))[:n]
+    return (tuple(line(f"idle.{c}", t) for c, t in idle)
+            + tuple(line(f"kernel {k.name} (GPU {k.gpu})", k.time_s) for k in kern))
 
 
 def build_report(snap: Snapshot, baseline: Snapshot | None = None,
                  verdict: DiffResult | None = None, title: str = "") -> Report:
     """The report on ``snap`` (the candidate, when ``baseline`` is given)."""
     total = snap.totals.energy_j
+    known = energy_known(snap)
     comparable = verdict is None or verdict.comparability >= MIN_COMPARABILITY
     lines: tuple[str, ...] = ()
     if not comparable and verdict is not None:
@@ -158,16 +196,21 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         operating_points=operating_points(snap, baseline),
         breakdown=_breakdown(snap, baseline),
         bottlenecks=tuple(sorted(snap.inefficiencies, key=lambda i: i.rank)),
-        kernels=tuple(_kernel_line(k, total) for k in rows_by_energy(snap.kernels)[:TOP_KERNELS]),
+        kernels=tuple(_kernel_line(k, total) for k in (
+            rows_by_energy(snap.kernels) if known
+            else sorted(snap.kernels, key=lambda k: (-k.time_s, k.name, k.gpu)))[:TOP_KERNELS]),
         kernel_count=len(snap.kernels),
-        idle=_idle(snap),
+        idle=_idle(snap, by_time=not known),
         interventions=_interventions(snap),
         verdict=verdict,
         power=power_series(snap),
-        warnings=lines + tuple(snap.warnings) + _unresolvable_warning(snap),
+        warnings=lines + tuple(snap.warnings) + (
+            _unresolvable_warning(snap) if known else (NO_POWER,)),
         closure_error=(snap.totals.closure_error if snap.totals.measured_energy_j > 0
                        else None),
         comparable=comparable,
+        energy_known=known,
+        time_view=() if known else _time_view(snap),
     )
 
 
@@ -175,17 +218,23 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
 
 
 def headline(snap: Snapshot) -> dict[str, tuple[str, float | None, str]]:
-    """label → (unit, value, better) for one snapshot."""
+    """label → (unit, value, better) for one snapshot (energy metrics None where its energies
+    are unknown, :func:`energy_known`)."""
     dur = snap.window.duration_s
     t = snap.totals
     steps = snap.steps
+    known = energy_known(snap)
+
+    def en(v: float | None) -> float | None:
+        return v if known else None
+
     out: dict[str, tuple[str, float | None, str]] = {}
     has_steps = steps is not None and steps.count > 0
     if has_steps and steps is not None:
-        out["energy per step"] = ("J", _f(steps.energy_j.mean), "lower")
-        out["steps per joule"] = ("steps/J", _inv(steps.energy_j.mean), "higher")
+        out["energy per step"] = ("J", en(_f(steps.energy_j.mean)), "lower")
+        out["steps per joule"] = ("steps/J", en(_inv(steps.energy_j.mean)), "higher")
         if steps.items_per_j is not None:
-            out["items per joule"] = ("items/J", _f(steps.items_per_j), "higher")
+            out["items per joule"] = ("items/J", en(_f(steps.items_per_j)), "higher")
         out["step latency p50"] = ("ms", _f(steps.latency_ms.p50), "lower")
         out["step latency p95"] = ("ms", _f(steps.latency_ms.p95), "lower")
         out["step latency p99"] = ("ms", _f(steps.latency_ms.p99), "lower")
@@ -194,10 +243,10 @@ def headline(snap: Snapshot) -> dict[str, tuple[str, float | None, str]]:
         if steps.items_per_j_under_sla is not None:
             # the headline operating point: work done within the SLA per joule of all steps
             unit = "items" if steps.work_unit == "items" else "steps"
-            out[f"{unit} per joule within SLA"] = (f"{unit}/J", _f(steps.items_per_j_under_sla),
-                                                   "higher")
-    out["average power"] = ("W", t.energy_j / dur if dur > 0 else None, "lower")
-    out["total energy"] = ("J", _f(t.energy_j), "lower")
+            out[f"{unit} per joule within SLA"] = (
+                f"{unit}/J", en(_f(steps.items_per_j_under_sla)), "higher")
+    out["average power"] = ("W", en(t.energy_j / dur) if dur > 0 else None, "lower")
+    out["total energy"] = ("J", en(_f(t.energy_j)), "lower")
     idle_share = t.idle_energy_j / t.energy_j if t.energy_j > 0 else None
     out["idle share of energy"] = ("%", None if idle_share is None else 100 * idle_share, "lower")
     clamp_s, clamp_j = clamp_totals(snap)
@@ -268,7 +317,7 @@ def _kernel_line(k: KernelRow, total_j: float) -> KernelLine:
     )
 
 
-def _idle(snap: Snapshot) -> tuple[IdleLine, ...]:
+def _idle(snap: Snapshot, *, by_time: bool = False) -> tuple[IdleLine, ...]:
     by: dict[str, list[float]] = {}
     for r in snap.idle:
         acc = by.setdefault(r.cause, [0.0, 0.0, 0.0])
@@ -278,7 +327,7 @@ def _idle(snap: Snapshot) -> tuple[IdleLine, ...]:
     total = snap.totals.energy_j
     rows = [IdleLine(c, v[0], v[1], v[1] / total if total > 0 else 0.0, int(v[2]))
             for c, v in by.items()]
-    return tuple(sorted(rows, key=lambda r: -r.energy_j))
+    return tuple(sorted(rows, key=lambda r: -(r.time_s if by_time else r.energy_j)))
 
 
 def _interventions(snap: Snapshot) -> tuple[Intervention, ...]:
