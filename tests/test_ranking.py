@@ -243,3 +243,28 @@ def test_clamp_episode_ranked_near_the_truth() -> None:
     (extra,) = snap.extra["clamps"]
     assert extra["time_lost_s"] == pytest.approx(lost_s, rel=0.2)
     assert snap.extra["precision_mix"][0]["precision"] == "bf16"
+
+
+def test_idle_whose_active_idle_was_not_placed_is_not_resolvable() -> None:
+    """Found on a real RTX 4090 run: active idle held at the board's 30 W (interval 15–45 W)
+    while the ranking showed idle.host_stall as a measured number at rank 1."""
+    from attribution.ranking.idle_copies import idle_row_candidates
+    from attribution.snapshot import IdleRow
+
+    rows = (IdleRow("host_stall", 0, 6.0, 180.0, 1), IdleRow("launch_gap", 0, 0.5, 15.0, 9))
+    held = {c.mechanism: c for c in idle_row_candidates(rows, {0: (15.0, 45.0)})}
+    assert not held["idle.host_stall"].resolvable
+    assert "15–45 W" in held["idle.host_stall"].unresolved_why
+    placed = idle_row_candidates(rows, {0: (28.0, 32.0)})  # ±7 %: placed
+    assert all(c.resolvable and not c.unresolved_why for c in placed)
+    ranked = order([held["idle.host_stall"], _cand("copy:HtoD/pageable", 20.0)], 1000.0)
+    assert ranked[0].mechanism == "copy:HtoD/pageable"
+    assert "readings did not place it" in ranked[1].evidence
+    assert "classes behind this number" not in ranked[1].evidence
+
+
+def test_a_mechanism_under_a_thousandth_of_the_energy_is_not_ranked() -> None:
+    """A 10 µs launch gap (1.3 mJ of a 2 kJ run) was ranked second with a CUDA-graph plan."""
+    ranked = order([_cand("idle.host_stall", 300.0), _cand("idle.launch_gap", 0.0013),
+                    _cand("idle.other", 2.0)], total_j=2000.0)
+    assert [r.mechanism for r in ranked] == ["idle.host_stall", "idle.other"]

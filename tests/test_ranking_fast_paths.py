@@ -160,7 +160,9 @@ def ref_idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
             fix=f"{ic._FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
             validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
                         f"{ic._CHECK[cause]}"),
-            owner_names=ranges))
+            owner_names=ranges,
+            # since 2026-12-05: active idle the readings did not place is not resolvable
+            resolvable=ic._idle_resolvable(e, ci_j), unresolved_why=ic._unplaced_why(e, t, ci_j)))
     return out
 
 

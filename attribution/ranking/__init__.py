@@ -7,7 +7,8 @@ orders them into the snapshot's ``inefficiencies``.  See docs/ranking.md.
 
 Ordering: by wasted joules, except that a candidate the data cannot resolve (its numbers are a
 prior-based split) is ranked by the lower end of its 90 % interval (0 without one) and never
-takes rank 1 while a resolvable candidate exists.  Owners: the owners file's rule for the
+takes rank 1 while a resolvable candidate exists; a candidate under :data:`MIN_SHARE` of
+the run's energy is not ranked.  Owners: the owners file's rule for the
 mechanism name, else for the kernel / NVTX-range names behind it, else ``unowned``.
 """
 
@@ -73,6 +74,11 @@ def rank_rows(inp: RowInputs, p_idle_ci_w: dict[int, tuple[float, float]],
     return order(cands, inp.total_j, owners)
 
 
+MIN_SHARE = 1e-3
+"""Candidates wasting less than this share of the run's energy are not ranked: a fix plan
+for 1 mJ (one 10 µs launch gap, found on the real transient runs at rank 2) is noise."""
+
+
 def _key(c: Candidate) -> float:
     if c.resolvable:
         return c.energy_j
@@ -93,7 +99,9 @@ def owner_of(c: Candidate, owners: OwnerMap | None) -> str:
 def order(cands: list[Candidate], total_j: float, owners: OwnerMap | None = None
           ) -> tuple[Inefficiency, ...]:
     """Rank candidates (see the module docstring); drops those wasting nothing."""
-    live = sorted((c for c in cands if c.energy_j > 0), key=lambda c: (-_key(c), c.mechanism))
+    floor = MIN_SHARE * total_j if total_j > 0 else 0.0
+    live = sorted((c for c in cands if c.energy_j > 0 and c.energy_j >= floor),
+                  key=lambda c: (-_key(c), c.mechanism))
     if live and not live[0].resolvable:
         first = next((i for i, c in enumerate(live) if c.resolvable), None)
         if first is not None:
@@ -102,8 +110,9 @@ def order(cands: list[Candidate], total_j: float, owners: OwnerMap | None = None
     for i, c in enumerate(live):
         ev = c.evidence
         if not c.resolvable:
-            ev += ("; NOT RESOLVABLE: the classes behind this number cannot be separated by "
-                   "the data, it is a prior-based split")
+            ev += "; NOT RESOLVABLE: " + (
+                c.unresolved_why or "the classes behind this number cannot be separated by "
+                                    "the data, it is a prior-based split")
         out.append(Inefficiency(
             rank=i + 1, mechanism=c.mechanism, energy_j=c.energy_j,
             share=c.energy_j / total_j if total_j > 0 else 0.0, evidence=ev, fix=c.fix,

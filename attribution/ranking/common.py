@@ -32,6 +32,9 @@ class Candidate:
     validation: str
     resolvable: bool = True
     owner_names: tuple[str, ...] = ()  # kernel / NVTX-range names an owner rule may match
+    unresolved_why: str = ""
+    """Why the number is not resolvable, where the general reason (classes the data cannot
+    separate) is not it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -34,6 +34,24 @@ NOMINAL_PINNED_GBPS = 20.0
 MAX_REL_WIDTH = 1.0
 """A pageable-copy candidate whose 90 % interval is wider than ±50 % is not resolvable."""
 
+IDLE_MAX_REL_WIDTH = 0.5
+"""An ``idle.<cause>`` candidate whose 90 % interval is wider than ±25 % is not resolvable:
+its joules are active idle × time, and active idle that wide is the engine's hold (at the
+board's value, spanning ±50 %: the readings did not place it), not a measurement.  Placed
+active idle spans 7–19 % (20 s simulated runs, four boards, five scenarios)."""
+
+
+def _idle_resolvable(e: float, ci_j: tuple[float, float]) -> bool:
+    return (ci_j[1] - ci_j[0]) <= IDLE_MAX_REL_WIDTH * e
+
+
+def _unplaced_why(e: float, t: float, ci_j: tuple[float, float]) -> str:
+    """Why the candidate is not resolvable ("" where it is)."""
+    if _idle_resolvable(e, ci_j) or not t > 0:
+        return ""
+    return (f"active idle's 90 % interval is {ci_j[0] / t:.0f}–{ci_j[1] / t:.0f} W: the "
+            "readings did not place it, and the joules are its held value × the time")
+
 _FIX = {
     "launch_gap": ("cut launch overhead: capture the loop in CUDA graphs (torch.compile "
                    "mode='reduce-overhead', torch.cuda.graph) or batch more work per launch"),
@@ -95,11 +113,11 @@ def idle_candidates(inp: RankInputs, storms: Storms) -> list[Candidate]:
             ev += f"; mostly inside range {ranges[0]!r}"
         out.append(Candidate(
             mechanism=f"idle.{cause}", energy_j=e,
-            energy_ci_j=ci_j, evidence=ev,
+            energy_ci_j=ci_j, evidence=ev, unresolved_why=_unplaced_why(e, t, ci_j),
             fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
             validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
                         f"{_CHECK[cause]}"),
-            owner_names=ranges))
+            owner_names=ranges, resolvable=_idle_resolvable(e, ci_j)))
     return out
 
 
@@ -132,9 +150,11 @@ def idle_row_candidates(idle: tuple[IdleRow, ...],
             mechanism=f"idle.{cause}", energy_j=e, energy_ci_j=(lo, hi),
             evidence=(f"{n} gaps, {t:.3f} s with no kernel or copy running at "
                       f"{e / t if t > 0 else 0.0:.0f} W active idle"),
+            unresolved_why=_unplaced_why(e, t, (lo, hi)),
             fix=f"{_FIX[cause]}; recovers at most {e:.3g} J ({t:.3f} s of active idle)",
             validation=(f"re-run with the fix: `ppwtop diff` shows idle.{cause} falling, "
-                        f"{_CHECK[cause]}")))
+                        f"{_CHECK[cause]}"),
+            resolvable=_idle_resolvable(e, (lo, hi))))
     return out
 
 
