@@ -42,3 +42,16 @@ def test_a_trace_clock_tens_of_ms_off_is_told(gpu: str, shift_ms: float, told: b
     if told:
         assert all(not k.resolvable and "edge of its search" in k.why for k in snap.kernels)
         assert all(not c.resolvable and "edge of its search" in c.why for c in snap.copies)
+
+
+def test_the_line_names_the_lag_the_search_saw() -> None:
+    """−24 ms with a 4 ms response sits at the −20 ms end: the line says both (an audit read
+    "fitted at −24.0 ms, the edge of its search (−20 to +60 ms)" as a contradiction)."""
+    from attribution.engine.lag_refine import lag_edge_warning, lag_edge_why
+
+    lo = LAG_GRID_MS[0]
+    line = lag_edge_warning(0, lo - 4.0, 4.0)
+    assert f"{lo - 4.0:+.1f} ms ({lo:+.1f} ms with the board's 4.0 ms response)" in line
+    assert f"({lo:+.0f} to" in line
+    assert "(" not in lag_edge_warning(0, lo).split("ms")[0]  # no response: the lag alone
+    assert f"{lo:+.1f} ms with" in lag_edge_why(lo - 4.0, 4.0)

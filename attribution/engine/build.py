@@ -1062,8 +1062,8 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         ci = np.column_stack(locked_interval(ci[:, 0], ci[:, 1], class_dyn))
     clusters = _clusters(x, exposure) if has_power else []
     if every_class_why is None and lag_lost:
-        warnings.append(lag_edge_warning(device, lag))
-        every_class_why = lag_edge_why(lag)
+        warnings.append(lag_edge_warning(device, lag, tau))
+        every_class_why = lag_edge_why(lag, tau)
     if every_class_why is not None:  # (the readings show none of the work, or the lag is lost)
         power_why = _with_reason(power_why, np.ones(n_cls, bool), every_class_why)
     elif has_power and len(y) >= MIN_JUDGED and n_cls:  # one class the readings show nothing of

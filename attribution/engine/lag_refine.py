@@ -229,17 +229,28 @@ def lag_at_edge(lag_ms: float, tau_ms: float = 0.0) -> bool:
     return centre <= LAG_GRID_MS[0] + EDGE_MS or centre >= LAG_GRID_MS[1] - EDGE_MS
 
 
-def lag_edge_why(lag_ms: float) -> str:
+def _lag_said(lag_ms: float, tau_ms: float) -> str:
+    """The fitted lag as the search saw it: the grid searches lag + the board's response
+    time, so a lag of −24 ms with a 4 ms response sits at the −20 ms end (an audit read
+    "−24 ms, the edge of −20 to +60 ms" as a contradiction)."""
+    if abs(tau_ms) < 0.05:
+        return f"{lag_ms:+.1f} ms"
+    return f"{lag_ms:+.1f} ms ({lag_ms + tau_ms:+.1f} ms with the board's {tau_ms:.1f} ms response)"
+
+
+def lag_edge_why(lag_ms: float, tau_ms: float = 0.0) -> str:
     """A flagged class's reason when the lag sits at the search's edge."""
-    return (f"the sensor's lag fitted at the edge of its search ({lag_ms:+.1f} ms): the "
-            "trace's and the power log's clocks may be tens of ms apart")
+    return (f"the sensor's lag fitted at the edge of its search ({_lag_said(lag_ms, tau_ms)}): "
+            "the trace's and the power log's clocks may be tens of ms apart, or the sensor's "
+            "delay lies beyond the search")
 
 
-def lag_edge_warning(device: int, lag_ms: float) -> str:
+def lag_edge_warning(device: int, lag_ms: float, tau_ms: float = 0.0) -> str:
     """The device's line when the lag sits at the search's edge."""
     lo, hi = LAG_GRID_MS
-    return (f"GPU {device}: the sensor's lag fitted at {lag_ms:+.1f} ms, the edge of its search "
-            f"({lo:+.0f} to {hi:+.0f} ms): the trace's clock and the power log's may be tens of "
-            "ms apart (another host's clock, a CUPTI clock not aligned), and a split at the "
-            "wrong lag moves energy between classes; every class flagged. Align the clocks "
-            "(or record with ppwtop record, which pairs them)")
+    return (f"GPU {device}: the sensor's lag fitted at {_lag_said(lag_ms, tau_ms)}, the edge of "
+            f"its search ({lo:+.0f} to {hi:+.0f} ms): the trace's clock and the power log's may "
+            "be tens of ms apart (another host's clock, a CUPTI clock not aligned), or this "
+            "sensor's delay lies beyond the search; a split at the wrong lag moves energy "
+            "between classes, so every class is flagged. Where the clocks may differ, align "
+            "them (or record with ppwtop record, which pairs them)")
