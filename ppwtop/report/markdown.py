@@ -145,8 +145,9 @@ def render_markdown(r: Report) -> str:
         lines += table(["kernel", "gpu", "calls", "time s", "energy J", "share",
                         "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows)
         if r.energy_known and any(not k.resolvable for k in r.kernels):
-            lines += ["", f"Rows marked *{NOT_RESOLVABLE}* carry a prior-based split: the data "
-                          "cannot separate them from the classes named."]
+            lines += ["", f"Rows marked *{NOT_RESOLVABLE}* carry numbers the readings do not pin "
+                          "down; each gives its reason (a cluster names the classes it cannot "
+                          "be told apart from)."]
     else:
         lines.append("No kernels in this snapshot.")
     lines.append("")

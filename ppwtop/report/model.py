@@ -364,8 +364,8 @@ def _unresolvable_warning(snap: Snapshot) -> tuple[str, ...]:
     if not bad:
         return ()
     e = sum(k.energy_j for k in bad)
-    return (f"{len(bad)} kernel class(es) ({e:.3g} J) are not resolvable: their split is "
-            "prior-based, not measured",)
+    return (f"{len(bad)} kernel class(es) ({e:.3g} J) are not resolvable: the readings do not "
+            "pin their numbers down (each row in the kernel table says why)",)
 
 
 def _f(v: float | None) -> float | None:
