@@ -79,6 +79,14 @@ class DiffResult:
     comparability_factors: Mapping[str, float]
     reasons: tuple[str, ...]
 
+    @property
+    def delta_is_clear(self) -> bool:
+        """The delta's 90 % interval excludes 0.  Where it does not, the mechanisms' shares
+        of the delta divide by a number the noise may have made: a 1.2 J move read +1 353 %
+        of a −0.09 J delta (an audit, the same real run through two sensor fields).  The
+        views then show no share; the JSON keeps it."""
+        return not (self.delta_ci[0] <= 0.0 <= self.delta_ci[1])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,

@@ -362,3 +362,32 @@ def test_a_snapshot_without_power_is_reported_by_time_not_as_zero_joules(
     assert r2.energy_known and r2.time_view == ()
     assert [k.energy_j for k in r2.kernels] == sorted((k.energy_j for k in r2.kernels),
                                                       reverse=True)
+
+
+def test_energy_changes_through_another_sensor_field_or_under_the_floor_are_not_judged(
+        tmp_path: Path) -> None:
+    """The same real run through nvidia-smi's `draw` and `instant` fields (an audit): the
+    headline marked −0.3 % energy and −15 % idle share "(better)" and the verdict's table
+    gave a +1 353 % share of a −0.09 J delta whose interval spans 0."""
+    a = make_snapshot(1.0)
+    drawn = (dataclasses.replace(a.gpus[0], sensor=dataclasses.replace(a.gpus[0].sensor,
+                                                                       field="draw")),)
+    base = write(tmp_path / "a.json", dataclasses.replace(make_snapshot(1.001), gpus=drawn))
+    cand = write(tmp_path / "b.json", dataclasses.replace(
+        a, steps=dataclasses.replace(a.steps, latency_ms=Quantiles(30.0, 30.0, 33.0, 37.5))))
+    out = tmp_path / "r.md"
+    assert main(["report", str(cand), "--baseline", str(base), "-o", str(out)]) == 0
+    md = out.read_text()
+    assert "different sensor fields" in md
+    ops = {r[0]: r for r in table_rows(md, "## Headline operating points")}
+    assert not any("better" in ops[k][4] or "worse" in ops[k][4]
+                   for k in ("energy per step", "total energy", "average power"))
+    assert "worse" in ops["step latency p95"][4]  # not an energy metric: still judged
+    mech = table_rows(md.split("## Verdict", 1)[1], "**neutral**")
+    assert mech and all(r[2] == "n/a" for r in mech)
+    # the same fields, a change under the diff's 2 % noise floor: no mark either
+    base2 = write(tmp_path / "c.json", make_snapshot(1.001))
+    assert main(["report", str(write(tmp_path / "d.json", a)), "--baseline", str(base2),
+                 "-o", str(out)]) == 0
+    ops = {r[0]: r for r in table_rows(out.read_text(), "## Headline operating points")}
+    assert ops["total energy"][4] == "-0.1 %"

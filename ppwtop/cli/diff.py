@@ -90,10 +90,13 @@ def print_human(r: DiffResult, out: TextIO) -> None:
     shown = r.mechanisms[:TOP_MECHANISMS]
     if shown:
         per = "per step" if r.metric == "energy_per_step_j" else "per second"
-        out.write(f"top mechanisms (delta J {per}, share of delta):\n")
+        share_of = ("share of delta" if r.delta_is_clear
+                    else "share n/a: the delta's 90 % interval spans 0")
+        out.write(f"top mechanisms (delta J {per}, {share_of}):\n")
         for m in shown:  # numbers first: a kernel's name runs to hundreds of characters
             owner = f"  (owner: {m.owner})" if m.owner is not None else ""
-            out.write(f"  {m.delta_j:+10.4g}  {m.share_of_delta:+7.1%}  {m.mechanism}{owner}\n")
+            share = f"{m.share_of_delta:+7.1%}" if r.delta_is_clear else f"{'n/a':>7}"
+            out.write(f"  {m.delta_j:+10.4g}  {share}  {m.mechanism}{owner}\n")
     if r.reasons:
         out.write("why:\n")
         for why in r.reasons:

@@ -17,10 +17,12 @@ import plotly.io as pio
 from ppwtop.report.markdown import (
     NOT_RESOLVABLE,
     closure_line,
+    judged,
     known,
     num,
     order_word,
     pct,
+    share_of_delta,
     signed_pct,
 )
 from ppwtop.report.model import Report
@@ -89,7 +91,7 @@ def render_html(r: Report) -> str:
     if r.has_baseline:
         rows = []
         for o in r.operating_points:
-            cls = o.judged(r.comparable) or ""
+            cls = judged(r, o) or ""
             rows.append([e(o.label), e(o.unit), num(o.before), num(o.after),
                          f'<span class="{cls}">{signed_pct(o.change)}</span>'])
         parts.append(_table(["metric", "unit", "before", "after", "change"], rows,
@@ -197,7 +199,8 @@ def _verdict_html(r: Report) -> str:
            f"{v.comparability:.2f}.</p>"]
     if v.mechanisms:
         out.append(_table(["mechanism", "delta J", "share of delta"],
-                          [[e(m.mechanism), f"{m.delta_j:+.4g}", signed_pct(m.share_of_delta)]
+                          [[e(m.mechanism), f"{m.delta_j:+.4g}",
+                            share_of_delta(v, m.share_of_delta)]
                            for m in v.mechanisms[:10]], [False, True, True]))
     if v.reasons:
         out.append("<ul>" + "".join(f"<li>{e(w)}</li>" for w in v.reasons) + "</ul>")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from attribution.diff import DiffResult
 from ppwtop.report.model import OperatingPoint, Report
 
 NOT_RESOLVABLE = "not resolvable"
@@ -73,12 +74,22 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def _op_row(op: OperatingPoint, with_before: bool, comparable: bool = True) -> list[str]:
+def judged(r: Report, op: OperatingPoint) -> str | None:
+    """The operating point's better/worse mark in this report (model.OperatingPoint.judged)."""
+    return op.judged(r.comparable, floor=r.noise_floor, energy_comparable=r.energy_comparable)
+
+
+def share_of_delta(v: DiffResult, share: float) -> str:
+    """A mechanism's share of the delta, where the delta is clear of 0 (else n/a)."""
+    return signed_pct(share) if v.delta_is_clear else "n/a"
+
+
+def _op_row(r: Report, op: OperatingPoint) -> list[str]:
     cells = [esc(op.label), op.unit]
-    if with_before:
-        judged = op.judged(comparable)
+    if r.has_baseline:
+        mark = judged(r, op)
         cells += [num(op.before), num(op.after),
-                  signed_pct(op.change) + (f" ({judged})" if judged else "")]
+                  signed_pct(op.change) + (f" ({mark})" if mark else "")]
     else:
         cells.append(num(op.after))
     return cells
@@ -100,8 +111,7 @@ def render_markdown(r: Report) -> str:
         header = ["metric", "unit", "before", "after", "change"]
     else:
         header = ["metric", "unit", "value"]
-    lines += table(header, [_op_row(o, r.has_baseline, r.comparable)
-                            for o in r.operating_points])
+    lines += table(header, [_op_row(r, o) for o in r.operating_points])
     lines.append("")
 
     lines += ["## Energy breakdown", ""]
@@ -191,7 +201,7 @@ def verdict_lines(r: Report) -> list[str]:
            f"comparability {v.comparability:.2f}.", ""]
     if v.mechanisms:
         out += table(["mechanism", "delta J", "share of delta"],
-                     [[esc(m.mechanism), f"{m.delta_j:+.4g}", signed_pct(m.share_of_delta)]
+                     [[esc(m.mechanism), f"{m.delta_j:+.4g}", share_of_delta(v, m.share_of_delta)]
                       for m in v.mechanisms[:10]])
         out.append("")
     for why in v.reasons:

@@ -40,6 +40,8 @@ class OperatingPoint:
     after: float | None  # the snapshot being reported (the candidate when there is a baseline)
     before: float | None  # the baseline's value (None without a baseline)
     better: str
+    energy: bool = False
+    """An energy-derived metric (what a change of power sensor moves as well as the run)."""
 
     @property
     def change(self) -> float | None:
@@ -49,11 +51,16 @@ class OperatingPoint:
         ch = (self.after - self.before) / abs(self.before)
         return 0.0 if abs(ch) < 1e-9 else ch
 
-    def judged(self, comparable: bool) -> str | None:
+    def judged(self, comparable: bool, *, floor: float = 0.0,
+               energy_comparable: bool = True) -> str | None:
         """"better" or "worse" for a change, by the metric's direction; None where there is
-        no change or the runs are not comparable (a difference is then no verdict)."""
+        no change, a change under ``floor`` (the diff's noise floor), the runs are not
+        comparable (a difference is then no verdict), or an energy metric between runs read
+        through different power sensors (``energy_comparable``)."""
         ch = self.change
-        if ch is None or ch == 0 or not comparable:
+        if ch is None or ch == 0 or not comparable or abs(ch) < floor:
+            return None
+        if self.energy and not energy_comparable:
             return None
         return "better" if (ch < 0) == (self.better == "lower") else "worse"
 
@@ -130,6 +137,11 @@ class Report:
     comparable: bool = True
     """False where the baseline's runs are not comparable (the diff's comparability under
     its minimum): the before/after changes are shown without "better"/"worse"."""
+    noise_floor: float = 0.0
+    """Changes smaller than this (relative; the diff's noise floor) get no better/worse."""
+    energy_comparable: bool = True
+    """False where the two runs' power was read through different sensor fields: their
+    energy metrics' changes are the sensors' as much as the runs', and get no better/worse."""
     energy_known: bool = True
     """False for a snapshot without power readings (:func:`energy_known`): its energies are
     0 by convention, not measured; the renderers show them as n/a, the tables are ordered by
@@ -184,6 +196,12 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         lines = (f"the baseline is not comparable with this run (comparability "
                  f"{verdict.comparability:.2f}: {factors}): the before/after changes below "
                  "are differences, not a verdict",)
+    energy_comparable = verdict is None or verdict.comparability_factors.get(
+        "sensor_field", 1.0) >= 1.0
+    if comparable and not energy_comparable:
+        lines += ("the two runs' power was read through different sensor fields: the energy "
+                  "metrics' changes below are the sensors' as much as the runs', and are not "
+                  "marked better or worse",)
     gpus = tuple(f"GPU {g.index}: {g.name} ({g.model})" for g in snap.gpus)
     if baseline is not None and [(g.name, g.model) for g in baseline.gpus] != [
             (g.name, g.model) for g in snap.gpus]:
@@ -209,6 +227,8 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         closure_error=(snap.totals.closure_error if snap.totals.measured_energy_j > 0
                        else None),
         comparable=comparable,
+        noise_floor=0.0 if verdict is None else verdict.noise_floor,
+        energy_comparable=energy_comparable,
         energy_known=known,
         time_view=() if known else _time_view(snap),
     )
@@ -256,6 +276,12 @@ def headline(snap: Snapshot) -> dict[str, tuple[str, float | None, str]]:
     return out
 
 
+ENERGY_METRICS = frozenset({"energy per step", "steps per joule", "items per joule",
+                            "average power", "total energy", "idle share of energy",
+                            "clock-clamp energy"})
+"""The headline rows computed from energies (and the '... per joule within SLA' row)."""
+
+
 def operating_points(snap: Snapshot, baseline: Snapshot | None) -> tuple[OperatingPoint, ...]:
     after = headline(snap)
     before = headline(baseline) if baseline is not None else {}
@@ -264,7 +290,8 @@ def operating_points(snap: Snapshot, baseline: Snapshot | None) -> tuple[Operati
     for label in labels:
         unit, a, better = after.get(label) or before[label]
         b = before.get(label, (unit, None, better))[1] if baseline is not None else None
-        rows.append(OperatingPoint(label, unit, a, b, better))
+        rows.append(OperatingPoint(label, unit, a, b, better, energy=label in ENERGY_METRICS
+                                   or label.endswith("per joule within SLA")))
     return tuple(rows)
 
 

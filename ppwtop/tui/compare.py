@@ -83,7 +83,8 @@ def verdict_and_mechanisms(a: Snapshot, b: Snapshot) -> tuple[str, str]:
         c = "red" if m.delta_j > 0 else "green" if m.delta_j < 0 else "dim"
         owner = f" [dim]({esc(m.owner)})[/]" if m.owner else ""
         name = short_class(m.mechanism)  # C++ names folded as in the tables, one line each
-        lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {m.share_of_delta * 100:+.0f}%  "
+        share = f"{m.share_of_delta * 100:+.0f}%  " if r.delta_is_clear else ""
+        lines.append(f"[{c}]{m.delta_j:+.3g}[/] {unit} {share}"
                      f"{esc(clip(name, 60))}{owner}")
     return verdict, "\n".join(lines) if lines else "[dim]no mechanism moved[/]"
 
