@@ -88,6 +88,12 @@ from attribution.engine.power_cover import (
     covered_stretches,
     partial_warning,
 )
+from attribution.engine.quiet_idle import (
+    QuietIdle,
+    quiet_after_s,
+    quiet_idle,
+    quiet_warning,
+)
 from attribution.engine.tail import (
     held_tail_params,
     scan_tail,
@@ -125,6 +131,7 @@ from attribution.idle import (
     covered_ns,
     device_indices,
     idle_intervals,
+    union_segments,
     work_devices,
 )
 from attribution.intsets import counts
@@ -699,6 +706,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
                                                                                          np.int32)
     t_k, y = rd.t_ns[idx], rd.power_w[idx]
     prior = preset.active_idle_w if preset is not None else None
+    board_w = prior  # (prior may become the quiet readings' level where P_idle is held)
     # group × class busy time: class energy = Σ_g ΔP_g × time[g, c]
     dur_s, g_c_time, class_time_s = _class_times(items, s_ns, e_ns, units=units, key=key,
                                                  duration_ns_f=duration_ns_f)
@@ -868,15 +876,27 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         judged = judge_idle(f.p_idle_w, prior, rss_w2=readings_rms(f) ** 2 * len(y), n=len(y),
                             n_params=xf.shape[1] + 1, block=block,
                             leverage=idle_leverage(xf), phase_locked=locked is not None)
+        quiet: QuietIdle | None = None
         if judged.hold:
-            # the readings cannot place P_idle: hold it at the board's active idle so idle
+            # the readings cannot place P_idle: hold it at the level the readings taken with
+            # nothing running agree on (quiet_idle), else at the board's active idle, so idle
             # energy stays sane; every class is flagged below
             degenerate_w = f.p_idle_w
+            if locked is None and not judged.unplaced:
+                quiet = quiet_idle(t_k, y, *union_segments(s_ns, e_ns), lag_ms=lag,
+                                   window_ms=window_ms, spread_ns=sp_k,
+                                   after_s=quiet_after_s(preset is not None
+                                                         and preset.consumer_boost))
+            if quiet is not None:
+                prior = quiet.power_w
             idle_w = HELD_IDLE_READINGS * len(y)
             f = fit_rows(xf, prior, pooled=centre, idle_weight=idle_w)
         unplaced_reason, lines = idle_lines(
-            device, judged, p_idle_w=f.p_idle_w, board_w=prior, phase_locked=locked is not None,
-            held=None if degenerate_w is None else (degenerate_w, f.p_idle_w))
+            device, judged, p_idle_w=f.p_idle_w, board_w=board_w,
+            phase_locked=locked is not None,
+            held=None if degenerate_w is None or quiet is not None else (degenerate_w, f.p_idle_w))
+        if quiet is not None and degenerate_w is not None:
+            lines.append(quiet_warning(device, degenerate_w, board_w, quiet))
         warnings += lines
         # sensitivity of the estimate to the lag (± its measured uncertainty, at least
         # LAG_SLACK_MS) and to the ΔP prior's centre (± its measured spread,
@@ -906,7 +926,11 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         # .DATA_ALONE_SCALE)
         prior_fits.append(fit_rows(xf, prior, pooled=centre, idle_weight=idle_w,
                                    scale=regress.DATA_ALONE_SCALE))
-        if prior is not None and judged.hold and locked is None:
+        if quiet is not None:
+            # held at the quiet readings' level: it may be anywhere their values spread
+            prior_fits += [fit_rows(xf, q_w, pooled=centre, idle_weight=idle_w)
+                           for q_w in quiet.range_w]
+        elif prior is not None and judged.hold and locked is None:
             # held because the readings do not place P_idle: it may be anywhere the sanity
             # band allows (phase-locked readings get their own interval below)
             prior_fits += [fit_rows(xf, band_w, pooled=centre, idle_weight=idle_w)
@@ -1074,7 +1098,7 @@ def _attribute_device(trace: Trace, device: int, win: tuple[int, int], *, gpu: s
         pooled_group=MAX_GROUPS if n_groups > MAX_GROUPS else -1, g_c_time_s=g_c_time,
         exposure=exposure, clusters=clusters, has_power=has_power, window_ms=window_ms,
         held_idle=(None if degenerate_w is None else
-                   (degenerate_w, prior if prior is not None else p_idle, p_idle)),
+                   (degenerate_w, board_w if board_w is not None else p_idle, p_idle)),
         phase_locked=locked, idle_unplaced=unplaced_reason, power_why=power_why,
         short_run=said_scale,
         consumer_why=("consumer-card boost: the fitted slow stage and tail are an approximate "
