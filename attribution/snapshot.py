@@ -380,6 +380,13 @@ def _build(cls: type[T], d: Mapping[str, Any]) -> T:
     return cls(**kwargs)
 
 
+def energy_known(snap: Snapshot) -> bool:
+    """Whether the snapshot's energies were measured: some GPU had power readings (a sensor
+    field) or energy was attributed.  Without, every energy is 0 by convention and nothing
+    is ranked (a trace attributed with no ``--power``): views order by time instead."""
+    return snap.totals.energy_j > 0 or any(g.sensor.field != "none" for g in snap.gpus)
+
+
 def rows_by_energy(rows: Sequence[R]) -> list[R]:
     """Rows sorted by full energy, largest first (ties by name/kind for stability: by the
     row's repr, which is formed only for the rows in a tie -- a repr of every row cost ~20 µs

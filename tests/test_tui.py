@@ -183,6 +183,22 @@ async def test_sort_cycles_energy_time_calls_name() -> None:
         assert app.sort_key == "energy"
 
 
+async def test_a_snapshot_without_power_sorts_by_time_under_the_energy_key() -> None:
+    """Every energy 0 (a trace attributed with no power log): "sort: energy" put the rows in
+    name order; it sorts by time then, and the title says why."""
+    s = make_snapshot({"a_short": (0.0, 0.1, 10), "b_long": (0.0, 0.9, 10),
+                       "c_mid": (0.0, 0.4, 10)})
+    none = (dataclasses.replace(s.gpus[0], sensor=SensorInfo("none", 0.0, 0.0, 0.0)),)
+    s = dataclasses.replace(s, gpus=none, totals=dataclasses.replace(s.totals, energy_j=0.0))
+    app = PpwtopApp(StaticFeed(s))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert app.sort_key == "energy"
+        assert kernel_order(app) == ["b_long", "c_mid", "a_short"]
+        title = str(app.live.query_one("#kernels", DataTable).border_title)
+        assert "sort: time (no power readings)" in title
+
+
 async def test_filter_by_name_then_clear() -> None:
     app = PpwtopApp(StaticFeed(make_snapshot()))
     async with app.run_test(size=SIZE) as pilot:

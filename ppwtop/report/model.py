@@ -21,7 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attribution.diff import MIN_COMPARABILITY, DiffResult
-from attribution.snapshot import Inefficiency, KernelRow, Snapshot, rows_by_energy
+from attribution.snapshot import (
+    Inefficiency,
+    KernelRow,
+    Snapshot,
+    energy_known,
+    rows_by_energy,
+)
 
 TOP_KERNELS = 15
 TOP_INTERVENTIONS = 5
@@ -149,13 +155,6 @@ class Report:
     time_view: tuple[str, ...] = ()
     """Where the GPU time went (largest idle causes and kernels, shares of GPU time), for a
     snapshot whose energies are unknown; () otherwise."""
-
-
-def energy_known(snap: Snapshot) -> bool:
-    """Whether the snapshot's energies were measured: some GPU had power readings (a sensor
-    field) or energy was attributed.  Without, every energy is 0 and nothing is ranked (a
-    trace attributed with no ``--power``)."""
-    return snap.totals.energy_j > 0 or any(g.sensor.field != "none" for g in snap.gpus)
 
 
 NO_POWER = ("no power readings in this snapshot: energies are unknown (n/a, not 0 J), so "

@@ -19,7 +19,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Sparkline, Static
 
-from attribution.snapshot import CopyRow, IdleRow, KernelRow, Snapshot, Totals
+from attribution.snapshot import CopyRow, IdleRow, KernelRow, Snapshot, Totals, energy_known
 from ppwtop.tui.detail import row_key
 from ppwtop.tui.feed import PowerTrace
 from ppwtop.tui.widgets import (
@@ -387,6 +387,9 @@ class LiveScreen(Screen[None]):
     def _refresh_view(self, tables: bool) -> None:
         app: Any = self.app
         sort_key: str = getattr(app, "sort_key", "energy")
+        if sort_key == "energy" and self.snapshot is not None and not energy_known(
+                self.snapshot):  # every energy 0 (no power readings): by time, said so
+            sort_key = "time"
         name_filter: str = getattr(app, "name_filter", "")
         gpu_sel: int | None = getattr(app, "gpu", None)
         width = self.size.width or app.size.width
@@ -401,7 +404,8 @@ class LiveScreen(Screen[None]):
             busy_band(self.snapshot, self._power, shown_gpu, max(width - 2, 0)))
         self.query_one("#clocks", Static).update(clock_strip(self.snapshot, shown_gpu))
         k = self.query_one("#kernels", DataTable)
-        title = f"kernels · sort: {sort_key}"
+        title = f"kernels · sort: {sort_key}" + (
+            " (no power readings)" if sort_key != getattr(app, "sort_key", sort_key) else "")
         if name_filter:
             title += f" · filter: {esc(name_filter)}"
         if gpu_sel is not None:
