@@ -2,7 +2,8 @@
 
 Owns the error wording for missing, directory, unreadable and corrupt-gzip inputs, so the
 importers, the snapshot reader, the owners file and the exporters all say the same thing;
-and :func:`unwritable`, the one check an output path gets before a long run.
+:func:`unwritable`, the one check an output path gets before a long run; and
+:func:`write_atomic`, how a finished output replaces what was at its path (all or nothing).
 Only regular files are read: a FIFO would block the read forever and a device (``/dev/zero``)
 never ends, so either is refused before it is opened.
 """
@@ -34,6 +35,53 @@ def unwritable(p: Path) -> str | None:
         return f"{str(parent)!r} is not a directory"
     if not os.access(p, os.W_OK) if p.exists() else not os.access(parent, os.W_OK | os.X_OK):
         return "permission denied"
+    return None
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` as the file at ``path``, all or nothing: into a new file beside it,
+    then renamed over it, so a failed write (disk full, Ctrl-C) leaves what was there (an
+    audit: ``attribute -o`` on a full disk left the old snapshot as 28 KB of cut JSON).  The
+    new file takes an existing one's permissions; a symlink stays a symlink (the file it
+    leads to is replaced).  What is not a regular file (``/dev/stdout``, a FIFO) is written
+    in place.  OSError on failure, the temporary file removed."""
+    target = Path(os.path.realpath(path))
+    try:
+        old: os.stat_result | None = target.stat()
+    except OSError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.ppwtop-tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # (the umask applies)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.fchmod(f.fileno(), stat.S_IMODE(old.st_mode))
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def overwrites_input(out: str | Path, inputs: Iterator[str | Path] | list[str | Path]
+                     ) -> str | Path | None:
+    """The input that ``out`` names (the same file, through links or another spelling), or
+    None: writing the output would destroy it (``attribute --trace r.ppw -o r.ppw``)."""
+    try:
+        if not Path(out).exists():
+            return None
+    except OSError:
+        return None
+    for i in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(out, i):
+                return i
     return None
 
 

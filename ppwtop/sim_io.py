@@ -22,6 +22,7 @@ import orjson
 from attribution.model import CopyKind, MemKind, PowerField, Trace
 from attribution.sim import SimResult
 from attribution.sim.truth import Truth
+from ppwtop.fileio import write_atomic
 
 _CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemcpy": 31,
          "cudaDeviceSynchronize": 165, "cudaStreamSynchronize": 131}
@@ -101,8 +102,7 @@ def kineto_document(trace: Trace) -> dict[str, Any]:
 
 def write_kineto(trace: Trace, path: Path) -> None:
     data = orjson.dumps(kineto_document(trace))
-    with gzip.open(path, "wb", compresslevel=3) as f:
-        f.write(data)
+    write_atomic(path, gzip.compress(data, compresslevel=3, mtime=0))
 
 
 def _local_offset_ns(t_ns: np.ndarray) -> np.ndarray:
@@ -159,11 +159,11 @@ def smi_csv_text(trace: Trace) -> str:
 
 
 def write_smi_csv(trace: Trace, path: Path) -> None:
-    path.write_text(smi_csv_text(trace), encoding="utf-8")
+    write_atomic(path, smi_csv_text(trace).encode("utf-8"))
 
 
 def write_truth(truth: Truth, path: Path) -> None:
-    path.write_bytes(orjson.dumps(truth.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
+    write_atomic(path, orjson.dumps(truth.to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
 
 
 def write_all(res: SimResult, out_dir: Path) -> list[Path]:

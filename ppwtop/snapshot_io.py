@@ -6,6 +6,7 @@ Owns the file side of :class:`attribution.snapshot.Snapshot`; every read problem
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
-from ppwtop.fileio import read_bytes, unwritable
+from ppwtop.fileio import overwrites_input, read_bytes, unwritable, write_atomic
 from ppwtop.recording.format import MAGIC as RECORDING_MAGIC
 
 
@@ -50,22 +51,44 @@ def dumps(snapshot: Snapshot) -> bytes:
         return orjson.dumps(_utf8(d), option=opts, default=_default)
 
 
-def check_output(path: str | Path) -> None:
+def check_output(path: str | Path, inputs: Sequence[str | Path] = (), *,
+                 recording_ok: bool = False) -> None:
     """InputError unless ``path`` looks writable as a file: said before a long run rather
     than after it (``attribute -o DIR`` printed the run's warnings, then the error).  Checks
     what is knowable without creating the file: an empty name, a directory, a missing or
-    non-directory parent, no write permission."""
+    non-directory parent, no write permission; and that it is none of the command's
+    ``inputs`` and (unless ``recording_ok``) no ppwtop recording, which the output would
+    replace with no way back (an audit: ``attribute --trace r.ppw -o r.ppw`` exited 0 with the
+    recording gone)."""
     if str(path) == "":
         raise InputError(path, "cannot write: the output path is empty")
     why = unwritable(Path(path))
     if why is not None:
         raise InputError(path, f"cannot write: {why}")
+    same = overwrites_input(path, list(inputs))
+    if same is not None:
+        raise InputError(path, f"is also this command's input ({str(same)!r}): writing the "
+                               "output there would destroy it; choose another output path")
+    if not recording_ok and is_recording(Path(path)):
+        raise InputError(path, "is a ppwtop recording: writing this output over it would "
+                               "lose the recording; choose another path (or remove it first)")
+
+
+def is_recording(p: Path) -> bool:
+    """Whether ``p`` is a regular file that starts as a ppwtop recording."""
+    try:
+        if not p.is_file():
+            return False
+        with p.open("rb") as f:
+            return f.read(len(RECORDING_MAGIC)) == RECORDING_MAGIC
+    except OSError:
+        return False
 
 
 def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:
     p = Path(path)
     try:
-        p.write_bytes(dumps(snapshot))
+        write_atomic(p, dumps(snapshot))
     except OSError as e:
         raise InputError(p, f"cannot write: {e.strerror or e}") from None
 

@@ -13,6 +13,7 @@ import orjson
 from attribution.snapshot import Snapshot, rows_by_energy
 from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
 from ppwtop.errors import InputError, PpwtopError
+from ppwtop.fileio import write_atomic
 from ppwtop.terminal import need_terminal
 
 GPUS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
@@ -71,6 +72,10 @@ def main(argv: list[str]) -> int:
             raise PpwtopError("--export needs --headless (press 'e' in the TUI to export)")
         if args.scenario in SCENARIOS:  # else DemoFeed's own error names the known ones
             need_terminal("demo", "use --headless")
+    if args.export is not None:
+        from ppwtop.snapshot_io import check_output
+
+        check_output(args.export)  # before the simulated run
     from ppwtop.demo_feed import DemoFeed
 
     feed = DemoFeed(args.scenario, args.gpu, args.seconds, seed=args.seed)
@@ -83,7 +88,7 @@ def main(argv: list[str]) -> int:
         snap = with_sla(snap, args.sla_ms)
         if args.export is not None:
             try:
-                args.export.write_bytes(orjson.dumps(
+                write_atomic(args.export, orjson.dumps(
                     snap.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
             except OSError as e:
                 raise InputError(args.export, f"cannot write: {e.strerror or e}") from None

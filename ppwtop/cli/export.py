@@ -95,6 +95,10 @@ def main(argv: list[str]) -> int:
                         "of the engine's attribution, e.g. to compare the two")
     args = p.parse_args(argv)
     require_power_for_gpus("export", args.power_gpus, args.power)
+    from ppwtop.snapshot_io import check_output
+
+    check_output(args.perfetto, [x for x in (args.input, args.power, args.snapshot)
+                                 if x is not None])
 
     from ppwtop.exporters.perfetto import export_snapshot, export_trace, write_perfetto
     from ppwtop.report import load_snapshot

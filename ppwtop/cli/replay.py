@@ -45,6 +45,10 @@ def main(argv: list[str]) -> int:
     if not args.headless and (args.export is not None or args.seconds is not None):
         raise PpwtopError("--export and --seconds need --headless "
                           "(press 'e' in the TUI to export)")
+    if args.export is not None:
+        from ppwtop.snapshot_io import check_output
+
+        check_output(args.export, [args.file])
     from ppwtop.replay_feed import ReplayFeed
 
     feed = ReplayFeed.from_file(args.file, gpu=args.gpu, speed=args.speed)

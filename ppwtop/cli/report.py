@@ -10,6 +10,7 @@ import sys
 
 from ppwtop.cli.common import parser, utf8_text
 from ppwtop.report import load_snapshot, report_format, write_report
+from ppwtop.snapshot_io import check_output
 
 
 def main(argv: list[str]) -> int:
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     report_format(args.output)  # fail on a bad suffix before reading anything
+    check_output(args.output, [x for x in (args.snapshot, args.baseline) if x is not None])
     snap = load_snapshot(args.snapshot)
     base = load_snapshot(args.baseline) if args.baseline else None
     fmt = write_report(snap, args.output, base, args.title)

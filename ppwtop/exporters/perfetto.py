@@ -26,6 +26,7 @@ from attribution.model import F64, PowerField, Trace
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
 from ppwtop.exporters.record_energy import copy_kind, copy_memory, record_energies
+from ppwtop.fileio import write_atomic
 
 IDLE_TID = 1_000_000
 COUNTER_TID = 0
@@ -231,6 +232,6 @@ def export_snapshot(snap: Snapshot, source: str = "") -> dict[str, Any]:
 
 def write_perfetto(doc: dict[str, Any], out: str | Path) -> None:
     try:
-        Path(out).write_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+        write_atomic(out, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
     except OSError as e:
         raise InputError(out, f"cannot write ({e.strerror or e})") from None

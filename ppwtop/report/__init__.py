@@ -11,6 +11,7 @@ from pathlib import Path
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError, PpwtopError
+from ppwtop.fileio import write_atomic
 from ppwtop.snapshot_io import read_snapshot
 
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -62,7 +63,7 @@ def write_report(snap: Snapshot, out: str | Path, baseline: Snapshot | None = No
     fmt = report_format(out)
     text = render_report(snap, fmt, baseline, title)
     try:
-        Path(out).write_text(text, encoding="utf-8")
+        write_atomic(out, text.encode("utf-8"))
     except OSError as e:
         raise InputError(out, f"cannot write ({e.strerror or e})") from None
     return fmt

@@ -1,0 +1,146 @@
+"""Outputs never destroy inputs or recordings, and replace what was at their path all or
+nothing (``fileio.write_atomic``, ``snapshot_io.check_output``; an audit, 2026-12-05)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ppwtop.cli.main import main
+from ppwtop.fileio import write_atomic
+from ppwtop.snapshot_io import read_snapshot
+from tests.test_report import make_snapshot, write
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("sim")
+    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "3",
+                 "--out", str(d)]) == 0
+    return d
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory, sim_dir: Path) -> Path:
+    from attribution.model import Trace
+    from ppwtop.importers import load_trace
+    from ppwtop.recording import write_recording
+
+    p = tmp_path_factory.mktemp("rec") / "r.ppw"
+    tr: Trace = load_trace(sim_dir / "trace.json.gz")
+    write_recording(p, tr)
+    return p
+
+
+def _error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ppwtop: error:"), err
+    return err[0]
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
+        sim_dir: Path, recording: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each exited 0 with its input replaced (a recording by a snapshot, a power log by a
+    snapshot, a snapshot by its own Perfetto export)."""
+    rec = tmp_path / "r.ppw"
+    rec.write_bytes(recording.read_bytes())
+    power = tmp_path / "power.csv"
+    power.write_bytes((sim_dir / "power.csv").read_bytes())
+    snap = write(tmp_path / "s.json", make_snapshot())
+    link = tmp_path / "same.json"
+    link.symlink_to(snap)
+    cases: list[tuple[list[str], Path]] = [
+        (["attribute", "--trace", str(rec), "-o", str(rec)], rec),
+        (["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power", str(power),
+          "-o", str(power)], power),
+        (["export", str(snap), "--perfetto", str(link)], snap),
+        (["report", str(snap), "-o", str(tmp_path / "s.json.md")], snap),  # (a control)
+        (["replay", str(rec), "--headless", "--export", str(rec)], rec),
+    ]
+    for argv, kept in cases:
+        before = kept.read_bytes()
+        rc = main(argv)
+        if argv[0] == "report":
+            assert rc == 0
+            capsys.readouterr()
+            continue
+        assert rc == 2, argv
+        assert "is also this command's input" in _error(capsys)
+        assert kept.read_bytes() == before, argv
+
+
+def test_a_recording_at_the_output_path_is_not_overwritten(
+        sim_dir: Path, recording: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "yesterday.ppw"
+    other.write_bytes(recording.read_bytes())
+    before = other.read_bytes()
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "-o",
+                 str(other)]) == 2
+    assert "is a ppwtop recording" in _error(capsys)
+    assert main(["demo", "--headless", "--seconds", "1", "--export", str(other)]) == 2
+    assert "is a ppwtop recording" in _error(capsys)
+    assert other.read_bytes() == before
+
+
+def test_a_failed_write_leaves_the_old_file_whole(
+        sim_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """On a full disk the old snapshot became 28 KB of cut JSON."""
+    out = tmp_path / "snap.json"
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+                 str(sim_dir / "power.csv"), "-o", str(out)]) == 0
+    good = out.read_bytes()
+    out.chmod(0o640)
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        """The new file: its first 4 KB written, then the disk is full."""
+
+        def __init__(self, fd: int, mode: str) -> None:
+            self.f = real_fdopen(fd, mode)
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+        def fileno(self) -> int:
+            return self.f.fileno()
+
+        def write(self, data: bytes) -> int:
+            self.f.write(data[:4096])
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("ppwtop.fileio.os.fdopen", FullDisk)
+    capsys.readouterr()
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
+                 str(sim_dir / "power.csv"), "--gpu", "h100", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ppwtop: error:") and "No space left on device" in err[-1]
+    monkeypatch.undo()
+    assert out.read_bytes() == good
+    assert read_snapshot(out).gpus[0].model == "a100"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap.json"]  # no temporary left
+    # a write that works keeps the old file's permissions
+    write_atomic(out, b"{}")
+    assert out.read_bytes() == b"{}" and stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+def test_write_atomic_through_a_symlink_and_to_a_device(tmp_path: Path) -> None:
+    target = tmp_path / "runs" / "s.json"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    write_atomic(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    write_atomic("/dev/null", b"x" * 10)  # not a regular file: written in place
+    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
