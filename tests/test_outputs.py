@@ -144,3 +144,13 @@ def test_write_atomic_through_a_symlink_and_to_a_device(tmp_path: Path) -> None:
     assert link.is_symlink() and target.read_bytes() == b"new"
     write_atomic("/dev/null", b"x" * 10)  # not a regular file: written in place
     assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
+
+
+def test_a_newline_or_escape_in_a_path_keeps_the_error_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "no\nsuch\x1b[31m.json"
+    assert main(["attribute", "--trace", str(bad), "-o", str(tmp_path / "o.json")]) == 2
+    line = _error(capsys)
+    assert "no\\nsuch\\x1b[31m.json: no such file" in line and "\x1b" not in line
+    assert main(["attribute", "--trace", "x", "-o", "y", "--x\ny"]) == 2
+    assert "--x\\ny" in _error(capsys)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
 
-from ppwtop.errors import PpwtopError
+from ppwtop.errors import PpwtopError, one_line
 
 
 class UsageError(PpwtopError):
@@ -73,7 +73,7 @@ def print_warnings(*groups: Iterable[str]) -> None:
     """Each distinct line of ``groups``, in order, as ``ppwtop: warning: …`` on stderr: the
     notes of the readers, the merge and the snapshot, printed alike by every command."""
     for w in dict.fromkeys(w for g in groups for w in g):
-        print(f"ppwtop: warning: {w}", file=sys.stderr)
+        print(f"ppwtop: warning: {one_line(w)}", file=sys.stderr)
 
 
 def require_power_for_gpus(command: str, power_gpus: object, power: object) -> None:

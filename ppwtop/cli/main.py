@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from ppwtop import __version__
-from ppwtop.errors import PpwtopError, Regression
+from ppwtop.errors import PpwtopError, Regression, one_line
 
 COMMANDS: dict[str, str] = {
     "demo": "the live TUI on the built-in simulated GPU (no hardware needed)",
@@ -66,10 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rc
     except Regression as e:
         if str(e):
-            print(f"ppwtop: {e}", file=sys.stderr)
+            print(f"ppwtop: {one_line(str(e))}", file=sys.stderr)
         return Regression.exit_code
     except PpwtopError as e:
-        print(f"ppwtop: error: {e}", file=sys.stderr)
+        print(f"ppwtop: error: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C; a live command's SIGTERM/SIGHUP says which
         print(f"ppwtop: {getattr(e, 'reason', 'interrupted')}", file=sys.stderr)
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("PPWTOP_DEBUG", "") not in ("", "0"):
             raise
         print(
-            f"ppwtop: error: internal error: {type(e).__name__}: {e} "
+            f"ppwtop: error: internal error: {type(e).__name__}: {one_line(str(e))} "
             "(set PPWTOP_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )
