@@ -367,3 +367,52 @@ def test_a_byte_order_mark_and_gzip_are_read_through(tmp_path: Path) -> None:
     broken.write_bytes(b"\x1f\x8b" + b"\x00" * 40)
     with pytest.raises(InputError, match="corrupt gzip"):
         load_power(broken)
+
+
+@pytest.mark.parametrize("tz", ["America/New_York", "UTC", "Asia/Kolkata"])
+def test_stamps_with_their_own_utc_offset_ignore_the_zone(
+        tmp_path: Path, tz: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ISO 8601 stamps with an offset: numpy took them as UTC (with a warning on stderr) and
+    the local zone was applied on top, 5 h off under New York time (an audit)."""
+    monkeypatch.setenv("TZ", tz)
+    p = _write(tmp_path, "timestamp, index, power.draw [W]\n"
+                         "2026-01-15T09:59:59.311+00:00, 0, 100.0\n"
+                         "2026-01-15T11:00:00.311+01:00, 0, 110.0\n"
+                         "2026-01-15T10:00:01.311Z, 0, 120.0\n"
+                         "2026-01-15T04:30:02.311-0530, 0, 130.0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy UserWarning
+        t = load_smi_csv(p)
+    want = np.datetime64("2026-01-15T09:59:59.311", "ns").astype(np.int64)
+    assert t.power.t_ns.tolist() == [want + i * 1_000_000_000 for i in range(4)]
+    assert t.meta["timezone"] == "the timestamps' own UTC offsets"
+
+
+def test_a_log_mixing_offset_and_naive_stamps_applies_the_zone_to_the_naive_ones(
+        tmp_path: Path) -> None:
+    p = _write(tmp_path, "timestamp, power.draw [W]\n"
+                         "2026-01-15 10:00:00.000+02:00, 100.0\n"
+                         "2026-01-15 09:00:01.000, 110.0\n")
+    t = load_smi_csv(p, tz="+01:00")
+    assert int(t.power.t_ns[1] - t.power.t_ns[0]) == 1_000_000_000
+    assert "own UTC offsets where they carry one" in t.meta["timezone"]
+
+
+@pytest.mark.parametrize(("unit", "value", "watts"), [
+    ("W", "71.5", 71.5), ("mW", "71500", 71.5), ("kW", "0.0715", 71.5)])
+def test_the_power_unit_in_the_header_is_read(tmp_path: Path, unit: str, value: str,
+                                              watts: float) -> None:
+    """``power.draw [mW]`` was read as W: 71 500 W per reading, every one then dropped as
+    over any board's 5 kW (an audit)."""
+    p = _write(tmp_path, f"timestamp, power.draw [{unit}]\n2026-01-15 10:00:00.000, {value}\n"
+                         f"2026-01-15 10:00:01.000, {value}\n")
+    assert load_smi_csv(p, tz="UTC").power.power_mw.tolist() == [round(watts * 1000)] * 2
+    q = _write(tmp_path, f"timestamp, power.draw\n2026-01-15 10:00:00.000, {value} {unit}\n"
+                         "2026-01-15 10:00:01.000, [Not Supported]\n", name="cells.csv")
+    assert load_smi_csv(q, tz="UTC").power.power_mw.tolist()[:1] == [round(watts * 1000)]
+
+
+def test_a_power_column_in_another_unit_is_refused(tmp_path: Path) -> None:
+    p = _write(tmp_path, "timestamp, power.draw [%]\n2026-01-15 10:00:00.000, 50\n")
+    with pytest.raises(InputError, match=r"is in '%', not W, mW or kW"):
+        load_smi_csv(p, tz="UTC")

@@ -64,6 +64,12 @@ MAX_VALUE = 1e9
 log): far beyond any board, and well inside int64 once scaled to mW.  A row with a cell beyond
 it (1e30 W, inf) is counted as unparsable, not cast into a wrapped int64 reading."""
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_HEADER_UNIT = re.compile(r"\[([^\]]*)\]\s*$")
+_POWER_UNIT_MW = {"w": 1000.0, "mw": 1.0, "kw": 1e6}
+"""mW per unit of a power column, by the unit its header or cells name (an audit: a
+``power.draw [mW]`` log was read as W, every reading then dropped as over 5 kW)."""
+_STAMP_OFFSET = re.compile(r"^(.*[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d*)?)?)\s*"
+                           r"(Z|[+-]\d{2}(?::?\d{2})?)$", re.IGNORECASE)
 _OFFSET = re.compile(r"^(?:utc|gmt)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
 
@@ -108,7 +114,8 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
 
     n = len(good)
     ok = np.ones(n, dtype=bool)
-    t_local_ns, t_ok, far = _parse_times(column("timestamp"))
+    stamps, stamp_off_ns = _split_offsets(column("timestamp"))
+    t_local_ns, t_ok, far = _parse_times(stamps)
     ok &= t_ok
     values: dict[str, F64] = {}
     numeric = [c for c, _ in fields] + [c for c in ("index", "clocks.current.sm",
@@ -143,7 +150,16 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
                                 "other parsable data row in the CSV")
         raise InputError(p, "no parsable data row in the CSV")
 
-    tz_used, t_ns = _to_epoch_ns(t_local_ns[ok], tz, p)
+    if stamp_off_ns is None:
+        tz_used, t_ns = _to_epoch_ns(t_local_ns[ok], tz, p)
+    else:  # stamps that carry their own UTC offset (ISO 8601) need no zone
+        local, off = t_local_ns[ok], stamp_off_ns[ok]
+        aware = off != _NO_OFFSET
+        t_ns = local - np.where(aware, off, 0)
+        tz_used = "the timestamps' own UTC offsets"
+        if not aware.all():
+            name, t_ns[~aware] = _to_epoch_ns(local[~aware], tz, p)
+            tz_used = f"{name} (and the timestamps' own UTC offsets where they carry one)"
     dev_f = values["index"][ok] if "index" in values else np.zeros(int(ok.sum()))
     device = np.where(np.isnan(dev_f), 0, dev_f).astype(np.int16)
 
@@ -151,7 +167,9 @@ def load_smi_csv(path: str | Path, tz: str | None = None) -> Trace:
     parts = []
     for c, fld in fields:
         w = values[c][ok]
-        scale = 1.0 if zeus else 1000.0  # zeus logs mW; nvidia-smi logs W
+        unit_mw = _power_unit_mw(header_raw[col[c]], column(c), p)
+        # zeus logs mW; nvidia-smi logs W, unless its header or cells say otherwise
+        scale = unit_mw if unit_mw is not None else 1.0 if zeus else 1000.0
         parts.append(_power(t_ns, device, w * scale, fld))
     trace.power = PowerBatch.concat(parts).sorted_by("t_ns")
 
@@ -270,6 +288,56 @@ def _parse_hex(items: list[str]) -> tuple[npt.NDArray[np.uint64], B]:
 # what int64 ns since 1970 holds, less a margin for zone offsets and the ±14 h shift search
 _FIRST_US = np.datetime64("1678-01-01", "us")
 _END_US = np.datetime64("2262-01-01", "us")
+
+
+_NO_OFFSET = np.iinfo(np.int64).min
+"""``_split_offsets``'s mark of a stamp with no UTC offset of its own."""
+
+
+def _split_offsets(items: list[str]) -> tuple[list[str], I64 | None]:
+    """Stamps with an ISO 8601 UTC offset (``…T09:59:59.311+00:00``, ``…Z``) split into the
+    naive stamp and the offset in ns (:data:`_NO_OFFSET` where a stamp has none); None when
+    no stamp has one.  An audit: numpy parsed such a stamp as UTC with a warning on stderr,
+    and the local zone was then applied on top (5 h off under TZ=America/New_York)."""
+    if not any(s.endswith(("Z", "z")) or "+" in s[10:] or "-" in s[10:] for s in items):
+        return items, None
+    naive = list(items)
+    off = np.full(len(items), _NO_OFFSET, np.int64)
+    for i, s in enumerate(items):
+        m = _STAMP_OFFSET.match(s)
+        if m is None:
+            continue
+        naive[i], z = m.group(1), m.group(2)
+        if z.upper() == "Z":
+            off[i] = 0
+            continue
+        digits = z[1:].replace(":", "")
+        mins = int(digits[:2]) * 60 + (int(digits[2:4]) if len(digits) >= 4 else 0)
+        off[i] = (1 if z[0] == "+" else -1) * mins * 60_000_000_000
+    return naive, (off if bool((off != _NO_OFFSET).any()) else None)
+
+
+def _power_unit_mw(header: str, cells: list[str], p: Path) -> float | None:
+    """mW per unit of a power column: its header's ``[unit]``, else its cells' (``"71.3 W"``);
+    None where neither names one.  A unit that is not a power is an error."""
+    m = _HEADER_UNIT.search(header)
+    unit = m.group(1).strip().lower() if m else None
+    if not unit:
+        unit = next((parts[1].lower() for parts in (c.split() for c in cells)
+                     if len(parts) == 2 and _is_number(parts[0])), None)
+    if not unit:
+        return None
+    if unit not in _POWER_UNIT_MW:
+        raise InputError(p, f"power column {header.strip()!r} is in {unit!r}, not W, mW or kW")
+    return _POWER_UNIT_MW[unit]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _parse_times(items: list[str]) -> tuple[I64, B, int]:
