@@ -154,3 +154,18 @@ def test_a_newline_or_escape_in_a_path_keeps_the_error_one_line(
     assert "no\\nsuch\\x1b[31m.json: no such file" in line and "\x1b" not in line
     assert main(["attribute", "--trace", "x", "-o", "y", "--x\ny"]) == 2
     assert "--x\\ny" in _error(capsys)
+
+
+def test_a_recording_cut_inside_its_header_is_an_input_error(
+        recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It gave "0.0 J over 0.00 s" and exit 0 from attribute and export (replay refused it)."""
+    cut = tmp_path / "cut.ppw"
+    cut.write_bytes(recording.read_bytes()[:96])
+    for argv in (["attribute", "--trace", str(cut), "-o", str(tmp_path / "s.json")],
+                 ["export", str(cut), "--perfetto", str(tmp_path / "p.json")],
+                 ["attribute", "--trace", str(recording), "--power", str(cut), "-o",
+                  str(tmp_path / "s.json")]):
+        assert main(argv) == 2
+        assert "holds nothing to read: recording truncated at byte 96 inside its header" in \
+            _error(capsys)
+    assert not (tmp_path / "s.json").exists() and not (tmp_path / "p.json").exists()

@@ -67,10 +67,21 @@ def load_trace(path: str | Path) -> Trace:
 
         return load_nsys(path)
     if kind == "ppw":
-        from ppwtop.recording import read_recording
-
-        return read_recording(path)
+        return _recording(path)
     raise InputError(path, "is a CSV power log, not a trace (pass it with --power)")
+
+
+def _recording(path: str | Path) -> Trace:
+    """A recording read whole, or InputError where it was cut inside its header: it holds
+    nothing of the run, and gave a 0 J snapshot and exit 0 from ``attribute`` and
+    ``export`` while ``replay`` refused it (an audit, 2026-12-05)."""
+    from ppwtop.recording import read_recording
+
+    rec = read_recording(path)
+    if rec.meta.get("header_complete") is False:
+        notes = rec.meta.get("notes") or ["cut inside its header"]
+        raise InputError(path, f"holds nothing to read: {notes[0]}")
+    return rec
 
 
 def import_notes(path: str | Path, trace: Trace) -> list[str]:
@@ -96,9 +107,7 @@ def load_power(path: str | Path, tz: str | None = None) -> Trace:
 
         return load_smi_csv(path, tz=tz)
     if kind == "ppw":
-        from ppwtop.recording import read_recording
-
-        rec = read_recording(path)  # its readings only: its records are the trace's business
+        rec = _recording(path)  # its readings only: its records are the trace's business
         return Trace(strings=rec.strings, power=rec.power, energy=rec.energy, clocks=rec.clocks,
                      devices=list(rec.devices), meta=dict(rec.meta))
     raise InputError(path, f"is a {kind} trace, not a power log (nvidia-smi CSV or .ppw)")

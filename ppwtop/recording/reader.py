@@ -252,6 +252,8 @@ class RecordingReader:
         if "created_ns" in self.header:
             meta["recording_created_ns"] = self.header["created_ns"]
         meta["complete"] = self.complete
+        if not self.header_complete:  # cut inside its header: nothing of the run is known
+            meta["header_complete"] = False
         notes = list(self.notes)
         if "notes" in meta:  # the writer's notes: a list of str; anything else is dropped
             old = meta.pop("notes")
