@@ -390,3 +390,24 @@ def test_a_base_time_that_pushes_event_times_past_int64_names_the_field(
     with pytest.raises(InputError, match=r"t\.json: baseTimeNanoseconds 7000000000000000000 "
                                          "puts event times past"):
         load_kineto(p)
+
+
+def test_a_negative_dur_or_no_device_is_said(tmp_path: Path) -> None:
+    """Both vanished without a word (an audit): a negative dur read as 0 and a kernel whose
+    args.device is no index left out by the engine."""
+    def k(i: int, **over: Any) -> dict[str, Any]:
+        e = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0 * i,
+             "dur": 2.0, "args": {"device": 0, "stream": 7, "correlation": i}}
+        e.update(over)
+        return e
+
+    events = [k(1), k(2, dur=-100), k(3, args={"device": "zero", "correlation": 3}),
+              k(4, args={"device": -1, "correlation": 4}), k(5)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events,
+                             "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    t = load_kineto(p)
+    assert len(t.kernels) == 5 and bool((t.kernels.end_ns >= t.kernels.start_ns).all())
+    notes = t.meta["notes"]
+    assert "1 kernel event(s) with a negative dur: read as zero length" in notes
+    assert any(n.startswith("2 kernel event(s) name no GPU") for n in notes)

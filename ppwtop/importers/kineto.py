@@ -18,6 +18,7 @@ All times come out as int64 ns since the Unix epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import math
@@ -118,6 +119,8 @@ def trace_from_document(doc: dict[str, Any], path: str | Path) -> Trace:
         raise InputError(path, f"baseTimeNanoseconds {base_ns} puts event times past "
                                "the int64 ns range (beyond the year 2262)") from None
     markers = type(host).concat([host, gpu]).sorted_by()
+    kernels, copies, memsets = (_checked_items(b, what, notes) for b, what in (
+        (kernels, "kernel"), (copies, "memcpy"), (memsets, "memset")))
 
     if not (len(kernels) or len(copies) or len(memsets)):
         notes.append(NO_GPU_NOTE)
@@ -182,6 +185,22 @@ def _base_ns(v: Any) -> int | None:
 
 def _int(v: Any, default: int = -1) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _checked_items(b: Any, what: str, notes: list[str]) -> Any:
+    """``b`` (kernels, copies or memsets) with a negative ``dur`` read as 0, and a note for
+    those and for events that name no GPU (an audit: both vanished without a word; the engine
+    leaves the latter out, as nothing says where they ran)."""
+    back = b.end_ns < b.start_ns
+    n_back = int(np.count_nonzero(back))
+    if n_back:
+        notes.append(f"{n_back} {what} event(s) with a negative dur: read as zero length")
+        b = dataclasses.replace(b, end_ns=np.maximum(b.end_ns, b.start_ns))
+    n_nodev = int(np.count_nonzero(b.device < 0))
+    if n_nodev:
+        notes.append(f"{n_nodev} {what} event(s) name no GPU (args.device missing or not a "
+                     "GPU index): left out")
+    return b
 
 
 def _devices(props: list[dict[str, Any]], *device_cols: Any) -> list[DeviceInfo]:

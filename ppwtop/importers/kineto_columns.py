@@ -86,9 +86,12 @@ def us_to_ns(ts_us: Sequence[float | int] | npt.NDArray[np.float64], base_ns: in
     return whole.astype(np.int64) * 1000 + frac_ns + np.int64(base_ns)
 
 
-def dur_to_ns(dur_us: Sequence[float | int] | npt.NDArray[np.float64]) -> I64:
+def dur_to_ns(dur_us: Sequence[float | int] | npt.NDArray[np.float64], *,
+              clamp: bool = True) -> I64:
+    """Durations in ns; a negative one is 0 unless ``clamp`` is False (GPU items keep it,
+    so the importer can count and say them: ``trace_from_document``)."""
     d = np.rint(np.asarray(dur_us, dtype=np.float64) * 1000.0).astype(np.int64)
-    return np.maximum(d, 0)
+    return np.maximum(d, 0) if clamp else d
 
 
 def int_column(values: Sequence[Any]) -> I64:
@@ -315,14 +318,15 @@ class TimeRangeError(Exception):
     is what is wrong (the importer names it)."""
 
 
-def _times(m: npt.NDArray[np.float64], base_ns: int) -> tuple[I64, I64]:
+def _times(m: npt.NDArray[np.float64], base_ns: int, *, clamp: bool = True
+           ) -> tuple[I64, I64]:
     if base_ns:
         lim, b = EPOCH_MAX_NS / 1000.0, base_ns / 1000.0
         first = m[:, 0] + b
         if not ((np.abs(first) < lim) & (first + np.maximum(m[:, 1], 0.0) < lim)).all():
             raise TimeRangeError(base_ns)
     start = us_to_ns(m[:, 0], base_ns)
-    return start, start + dur_to_ns(m[:, 1])
+    return start, start + dur_to_ns(m[:, 1], clamp=clamp)
 
 
 def _ints(m: npt.NDArray[np.float64], j: int) -> I64:
@@ -336,7 +340,7 @@ def kernels(ev: list[Event], strings: StringTable, base_ns: int) -> KernelBatch:
     if not ev:
         return KernelBatch.empty()
     m, names = extract(ev, (), _KERNEL_ARGS, ("grid", "block"))
-    start, end = _times(m, base_ns)
+    start, end = _times(m, base_ns, clamp=False)  # (counted: trace_from_document)
     intern = strings.intern
     v = m[:, 2:].astype(np.int64)
     return KernelBatch.from_columns({
@@ -399,7 +403,7 @@ def copies(ev: list[Event], strings: StringTable, base_ns: int) -> CopyBatch:
     if not ev:
         return CopyBatch.empty()
     m, names = extract(ev, (), _GPU_ARGS)
-    start, end = _times(m, base_ns)
+    start, end = _times(m, base_ns, clamp=False)  # (counted: trace_from_document)
     kinds = np.asarray(_lookup(names, copy_kind_of), dtype=np.uint8).reshape(-1, 3)
     return CopyBatch.from_columns({
         "start_ns": start,
@@ -416,7 +420,7 @@ def memsets(ev: list[Event], strings: StringTable, base_ns: int) -> MemsetBatch:
     if not ev:
         return MemsetBatch.empty()
     m, names = extract(ev, (), _GPU_ARGS)
-    start, end = _times(m, base_ns)
+    start, end = _times(m, base_ns, clamp=False)  # (counted: trace_from_document)
     return MemsetBatch.from_columns({
         "start_ns": start,
         "end_ns": end,
