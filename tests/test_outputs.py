@@ -169,3 +169,26 @@ def test_a_recording_cut_inside_its_header_is_an_input_error(
         assert "holds nothing to read: recording truncated at byte 96 inside its header" in \
             _error(capsys)
     assert not (tmp_path / "s.json").exists() and not (tmp_path / "p.json").exists()
+
+
+def test_binary_input_is_not_called_a_csv_and_a_snapshot_not_a_trace(
+        sim_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Random bytes named .csv (or gzipped) were "a CSV power log, not a trace"; a snapshot
+    given as --power was "a kineto trace" (an audit)."""
+    import gzip
+
+    rnd = bytes(range(256)) * 8
+    (tmp_path / "r.csv").write_bytes(rnd)
+    (tmp_path / "r.gz").write_bytes(gzip.compress(rnd))
+    for name, said in (("r.csv", "unknown file format (binary data;"),
+                       ("r.gz", "unknown file format (a gzip of binary data;")):
+        assert main(["attribute", "--trace", str(tmp_path / name), "-o",
+                     str(tmp_path / "o.json")]) == 2
+        assert said in _error(capsys)
+    snap = write(tmp_path / "s.json", make_snapshot())
+    assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power", str(snap),
+                 "-o", str(tmp_path / "o.json")]) == 2
+    assert "is a ppwtop snapshot, not a power log" in _error(capsys)
+    assert main(["attribute", "--trace", str(sim_dir / "power.csv"), "-o",
+                 str(tmp_path / "o.json")]) == 2  # a real log still says what it is
+    assert "is a CSV power log, not a trace" in _error(capsys)

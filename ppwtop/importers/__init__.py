@@ -30,20 +30,37 @@ def sniff(path: str | Path) -> str:
         return "ppw"
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
-    if head.startswith(GZIP_MAGIC):
+    gz = head.startswith(GZIP_MAGIC)
+    if gz:
         head = _gzip_head(p, 64)
         if not head:
             raise InputError(p, "truncated or corrupt gzip")
-        if not head.lstrip().startswith((b"{", b"[")) and b"," in head:
-            return "smi_csv"  # a gzipped nvidia-smi log
-        return "kineto"
     stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if stripped.startswith((b"{", b"[")):
         return "kineto"
-    if b"," in head or p.suffix.lower() == ".csv":
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 (Excel's "Unicode text"):
+        return "smi_csv"  # the CSV reader says what it is not
+    # a CSV is text: random bytes (named .csv, or gzipped) were called "a CSV power log"
+    if _texty(head) and (b"," in head or (not gz and p.suffix.lower() == ".csv")):
         return "smi_csv"
-    raise InputError(p, "unknown file format (expected Kineto JSON, nsys SQLite, "
-                        "nvidia-smi CSV or a ppwtop recording)")
+    raise InputError(p, "unknown file format (" + ("a gzip of " if gz else "")
+                     + ("binary data" if not _texty(head) else "text that is no CSV")
+                     + "; expected Kineto JSON, nsys SQLite, nvidia-smi CSV or a ppwtop "
+                       "recording)")
+
+
+def _texty(head: bytes) -> bool:
+    """Whether a file's first bytes read as text: no control bytes but tab, CR, LF and form
+    feed, and valid UTF-8 (a character cut at the end of ``head`` allowed)."""
+    if any(b < 0x20 and b not in (0x09, 0x0A, 0x0C, 0x0D) for b in head) or 0x7F in head:
+        return False
+    for cut in range(4):
+        try:
+            head[:len(head) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            continue
+    return False
 
 
 def _gzip_head(p: Path, n: int) -> bytes:
@@ -110,4 +127,7 @@ def load_power(path: str | Path, tz: str | None = None) -> Trace:
         rec = _recording(path)  # its readings only: its records are the trace's business
         return Trace(strings=rec.strings, power=rec.power, energy=rec.energy, clocks=rec.clocks,
                      devices=list(rec.devices), meta=dict(rec.meta))
-    raise InputError(path, f"is a {kind} trace, not a power log (nvidia-smi CSV or .ppw)")
+    if kind == "kineto" and b"ppwtop.snapshot" in read_head(Path(path), 256):
+        raise InputError(path, "is a ppwtop snapshot, not a power log (nvidia-smi CSV or .ppw)")
+    what = "a JSON document (a Kineto trace?)" if kind == "kineto" else f"a {kind} trace"
+    raise InputError(path, f"is {what}, not a power log (nvidia-smi CSV or .ppw)")
