@@ -190,3 +190,36 @@ def test_the_live_engine_reads_backwards_items_as_zero_length_too() -> None:
     assert snap is not None
     assert all(r.time_s >= 0 and r.energy_j >= 0 for r in snap.kernels)
     assert any("end before they start" in w for w in snap.warnings)
+
+
+def test_a_few_records_far_from_the_run_are_left_out_with_a_line() -> None:
+    """Five kernels at ts −10¹² µs made a 1 000 005 s window and 61.6 MJ (an audit); they
+    are left out now, the window and the energies are the run's own."""
+    from attribution.engine import attribute
+    from attribution.engine.timing_checks import stray_records
+    from tests.test_engine import hand_trace
+
+    tr = hand_trace(seconds=10.0)
+    clean = attribute(tr, n_boot=10)
+    k = tr.kernels
+    far = 10**18  # ~11.6 days of ns before the run
+    s, e = k.start_ns.copy(), k.end_ns.copy()
+    s[:3] -= far
+    e[:3] -= far
+    e[10] += 50 * 3_600 * 10**9  # one that "ends" two days later
+    bad = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e))
+    kept, n, reach_s = stray_records(bad)
+    assert n == 4 and len(kept.kernels) == len(k) - 4 and reach_s >= 3_600.0
+    snap = attribute(bad, n_boot=10)
+    assert snap.window.duration_s == pytest.approx(clean.window.duration_s, rel=1e-3)
+    assert snap.totals.energy_j == pytest.approx(clean.totals.energy_j, rel=0.02)
+    assert any(w.startswith("4 record(s) lie more than") for w in snap.warnings)
+    # the run itself is never cut: a shift of the whole timeline, or a second session half
+    # the records long, leaves everything in
+    assert stray_records(tr)[1] == 0
+    half = len(k) // 2
+    s2 = k.start_ns.copy()
+    s2[:half] -= far
+    two = dataclasses.replace(tr, kernels=dataclasses.replace(
+        k, start_ns=s2, end_ns=k.end_ns - np.where(np.arange(len(k)) < half, far, 0)))
+    assert stray_records(two)[1] == 0

@@ -123,6 +123,8 @@ from attribution.engine.timing_checks import (
     backwards_warning,
     forward_items,
     kernel_timing,
+    stray_records,
+    stray_warning,
     timing_warnings,
 )
 from attribution.engine.verdict import class_verdicts
@@ -1158,6 +1160,9 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
     trace, backwards = forward_items(trace)
     if backwards:
         warnings.append(backwards_warning(backwards))
+    trace, stray, reach_s = stray_records(trace)
+    if stray:
+        warnings.append(stray_warning(stray, reach_s))
     implausible = implausible_readings(trace.power)
     if implausible:
         warnings.append(implausible_warning(implausible))

@@ -17,7 +17,7 @@ import numpy as np
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
 from attribution.engine.counter import back_warning, counter_energy_j, went_back
-from attribution.engine.timing_checks import forward_items
+from attribution.engine.timing_checks import forward_items, stray_records
 from attribution.intsets import indices_by_value
 from attribution.model import Trace
 from attribution.owners import OwnerMap
@@ -140,9 +140,10 @@ def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
                    step_range: str | None = None, owners: OwnerMap | None = None) -> Snapshot:
     """Aggregate per-record energies into the contract snapshot (steps: attribution.steps;
     the inefficiency ranking: attribution.ranking).  Items that end before they start are
-    read as zero long here too (``timing_checks.forward_items``; ``attribute_arrays``
+    read as zero long, and stray records left out, here too (``timing_checks.forward_items``,
+    ``stray_records``; ``attribute_arrays``
     repaired its own reading of them and carries the warning)."""
-    trace = forward_items(trace)[0]
+    trace = stray_records(forward_items(trace)[0])[0]
     warnings = list(arrays.warnings)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []

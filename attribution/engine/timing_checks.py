@@ -12,10 +12,12 @@ Owns two checks on a device's kernels, each a share with the threshold it is jud
   id.  The real traces kept in ``../shared/data/real`` show at most 0.64 % (the B200 trace).
 
 Neither check changes a number: the engine attributes what the trace says, and the snapshot
-says why those numbers should not be trusted.  One repair is made, by :func:`forward_items`:
+says why those numbers should not be trusted.  Two repairs are made.  By :func:`forward_items`:
 a GPU item that ends before it starts (a damaged recording or export; the Kineto importer
 already reads a negative ``dur`` as 0) is read as zero length, with a warning, instead of
-giving a negative time and negative joules.
+giving a negative time and negative joules.  By :func:`stray_records`: a few records far
+from the rest of the run (a start of 0, a ts of −10¹² µs) are left out, with a warning,
+instead of stretching the window to days and filling it with idle.
 """
 
 from __future__ import annotations
@@ -146,6 +148,49 @@ def forward_items(trace: Trace) -> tuple[Trace, int]:
             n += k
             fixed[field] = dataclasses.replace(b, end_ns=np.maximum(b.end_ns, b.start_ns))
     return (dataclasses.replace(trace, **fixed) if fixed else trace), n  # type: ignore[arg-type]
+
+
+STRAY_MIN_NS = 3_600 * 10**9
+"""A record is stray only when it lies at least an hour beyond the bulk of the run ..."""
+STRAY_SPAN_FACTOR = 10.0
+"""... and at least ten times the bulk's own span (its 1st to 99th percentile of starts)."""
+STRAY_MAX_SHARE = 0.01
+"""More than this share of the records that far out is not a few damaged stamps (two
+sessions in one file): nothing is left out."""
+_STRAY_SAMPLE = 65_536
+"""The bulk's percentiles are read from at most this many records, evenly strided (a
+million-kernel trace: two partial sorts of 65 536 values, not of a million)."""
+_RECORDS = ("kernels", "copies", "memsets", "apis", "markers")
+
+
+def stray_records(trace: Trace) -> tuple[Trace, int, float]:
+    """``trace`` without the GPU items, host calls and markers that lie far from the rest of
+    the run (see the module doc and the constants), how many were left out, and how far
+    beyond the bulk the nearest cut-off lay (s).  An audit, 2026-12-05: five kernels with a
+    ts of −10¹² µs made a 1 000 005 s window and 61.6 MJ; a recording's kernel starting at
+    0 made 1.57 TJ."""
+    batches = [getattr(trace, f) for f in _RECORDS]
+    n = sum(len(b) for b in batches)
+    if n < 100:
+        return trace, 0, 0.0
+    step = max(1, n // _STRAY_SAMPLE)
+    sample = np.concatenate([b.start_ns for b in batches])[::step]
+    lo, hi = np.percentile(sample, [1.0, 99.0], method="nearest")
+    reach = max(float(STRAY_MIN_NS), STRAY_SPAN_FACTOR * float(hi - lo))
+    first, last = float(lo) - reach, float(hi) + reach
+    masks = [(b.start_ns < first) | (b.end_ns > last) for b in batches]
+    k = sum(int(np.count_nonzero(m)) for m in masks)
+    if k == 0 or k > STRAY_MAX_SHARE * n:
+        return trace, 0, 0.0
+    kept = {f: b.take(np.flatnonzero(~m)) for f, b, m in zip(_RECORDS, batches, masks,
+                                                             strict=True) if m.any()}
+    return dataclasses.replace(trace, **kept), k, reach * 1e-9
+
+
+def stray_warning(n_records: int, reach_s: float) -> str:
+    """The snapshot line for the records :func:`stray_records` left out."""
+    return (f"{n_records} record(s) lie more than {reach_s:.3g} s outside the rest of the run "
+            "(damaged timestamps): left out, so the window is the run's own")
 
 
 def backwards_warning(n_items: int) -> str:
