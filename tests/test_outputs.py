@@ -192,3 +192,22 @@ def test_binary_input_is_not_called_a_csv_and_a_snapshot_not_a_trace(
     assert main(["attribute", "--trace", str(sim_dir / "power.csv"), "-o",
                  str(tmp_path / "o.json")]) == 2  # a real log still says what it is
     assert "is a CSV power log, not a trace" in _error(capsys)
+
+
+def test_simulate_refuses_a_run_too_large_to_write_and_names_the_seconds_that_fit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """launch_bound for 900 s (21.9 M events) peaked at 23.5 GB writing its JSON (an
+    audit): the limit scaled down here to a 3 s run's size."""
+    import ppwtop.cli.simulate as sim_cli
+
+    monkeypatch.setattr(sim_cli, "MAX_EVENTS", 20_000)
+    out = tmp_path / "lb"
+    assert main(["simulate", "--scenario", "launch_bound", "--seconds", "3", "--out",
+                 str(out)]) == 2
+    line = _error(capsys)
+    assert "holds 0.1 M trace events" in line and "use --seconds" in line
+    assert not out.exists()
+    most = int(line.rsplit("use --seconds ", 1)[1].split()[0])
+    assert main(["simulate", "--scenario", "launch_bound", "--seconds", str(max(most, 1)),
+                 "--out", str(out)]) == 0

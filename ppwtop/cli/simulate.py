@@ -11,6 +11,12 @@ from pathlib import Path
 from ppwtop.cli.common import MAX_SIM_SECONDS, nonempty_path, parser, positive_float, seed_int
 from ppwtop.errors import InputError, PpwtopError
 
+MAX_EVENTS = 6_000_000
+"""The most trace events (kernels, copies, memsets, host calls, markers) ``simulate`` writes:
+a Kineto document is built as Python objects before it is written, about 1.1 kB an event at
+peak (an audit: launch_bound for 900 s, 21.9 M events, peaked at 23.5 GB and nearly ran a
+23 GB machine out of memory).  Every scenario but launch_bound stays under it at 900 s."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     from attribution.presets import PRESETS
@@ -52,6 +58,14 @@ def main(argv: list[str]) -> int:
     t = time.perf_counter()
     res = simulate(args.scenario, args.gpu.strip().lower() if args.gpu else None,
                    args.seconds, args.seed, workload_seed=args.workload_seed)
+    tr = res.trace
+    n = len(tr.kernels) + len(tr.copies) + len(tr.memsets) + len(tr.apis) + len(tr.markers)
+    if n > MAX_EVENTS:
+        most_s = int(args.seconds * MAX_EVENTS / n)
+        raise PpwtopError(f"{args.scenario} for {args.seconds:g} s holds {n / 1e6:.1f} M trace "
+                          f"events; writing them as Kineto JSON takes about "
+                          f"{n * 1.1e3 / 1e9:.0f} GB of memory, so at most "
+                          f"{MAX_EVENTS / 1e6:.0f} M are written: use --seconds {most_s} or less")
     try:
         paths = write_all(res, out)
     except OSError as e:
