@@ -231,13 +231,16 @@ class Snapshot:
         try:
             gpus = tuple(
                 GpuInfo(
-                    _checked("GpuInfo.index", "int", g["index"]), str(g["name"]),
-                    str(g["model"]),
+                    _checked("GpuInfo.index", "int", g["index"]),
+                    _checked("GpuInfo.name", "str", g["name"]),
+                    _checked("GpuInfo.model", "str", g["model"]),
                     _build(SensorInfo, g["sensor"]),
                 )
-                for g in d["gpus"]
+                for g in _rows(d, "gpus")
             )
             w = d["window"]
+            if "duration_s" in w:  # derived from the ns (Window), but a field all the same
+                _checked("Window.duration_s", "float", w["duration_s"])
             steps_d = d["steps"]
             steps = None
             if steps_d is not None:
@@ -266,11 +269,12 @@ class Snapshot:
                 gpus=gpus,
                 window=Window(start_ns, end_ns),
                 totals=_build(Totals, d["totals"]),
-                kernels=tuple(_build(KernelRow, k) for k in d["kernels"]),
-                copies=tuple(_build(CopyRow, c) for c in d["copies"]),
-                idle=tuple(_build(IdleRow, i) for i in d["idle"]),
+                kernels=tuple(_build(KernelRow, k) for k in _rows(d, "kernels")),
+                copies=tuple(_build(CopyRow, c) for c in _rows(d, "copies")),
+                idle=tuple(_build(IdleRow, i) for i in _rows(d, "idle")),
                 steps=steps,
-                inefficiencies=tuple(_build(Inefficiency, i) for i in d["inefficiencies"]),
+                inefficiencies=tuple(_build(Inefficiency, i)
+                                     for i in _rows(d, "inefficiencies")),
                 warnings=_warnings(d.get("warnings")),
                 meta=dict(d.get("meta", {})),
                 extra={k: v for k, v in d.items() if k not in known},
@@ -279,6 +283,14 @@ class Snapshot:
             raise ValueError(f"snapshot is missing key {e.args[0]!r}") from None
         except (TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"malformed snapshot: {e}") from None
+
+
+def _rows(d: Mapping[str, Any], key: str) -> list[Any]:
+    """A list of rows (an object there iterated as its keys, ``kernels: {}`` as none)."""
+    v = d[key]
+    if not isinstance(v, list):
+        raise TypeError(f"{key} is a {type(v).__name__}, not a list")
+    return v
 
 
 def _plain(obj: Any) -> Any:
@@ -307,6 +319,11 @@ _NON_NEGATIVE = frozenset({
     "CopyRow.calls", "CopyRow.bytes", "CopyRow.time_s", "CopyRow.energy_j",
     "IdleRow.time_s", "IdleRow.energy_j", "IdleRow.count", "Steps.count",
     "SensorInfo.period_ms", "SensorInfo.window_ms",
+    # (2026-12-05, an audit: each was read as given)
+    # (window times may be negative: a trace's clock need not start at its epoch)
+    "Window.duration_s", "Totals.measured_energy_j",
+    "Inefficiency.energy_j", "Inefficiency.share", "Steps.sla_ms", "Steps.items_per_j",
+    "Quantiles.mean", "Quantiles.p50", "Quantiles.p95", "Quantiles.p99",
 })
 
 

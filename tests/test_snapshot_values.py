@@ -69,6 +69,15 @@ def test_the_edges_a_run_can_write_are_read(tmp_path: Path) -> None:
     (["totals", "energy_j"], -3.0, "Totals.energy_j is -3.0: it cannot be negative"),
     (["steps", "count"], -5, "Steps.count is -5: it cannot be negative"),
     (["window", "end_ns"], -6, "Window.end_ns -6 is before start_ns -5"),
+    # read as given before (an audit, 2026-12-05)
+    (["gpus", 0, "name"], {"a": 1}, "GpuInfo.name is \"{'a': 1}\", not str"),
+    (["gpus", 0, "model"], [1], "GpuInfo.model is '[1]', not str"),
+    (["kernels"], {}, "kernels is a dict, not a list"),
+    (["window", "duration_s"], "x", "Window.duration_s is 'x', not float"),
+    (["totals", "measured_energy_j"], -1e9, "Totals.measured_energy_j is -1000000000.0: it"),
+    (["inefficiencies"], [{"rank": 1, "mechanism": "idle.other", "energy_j": 1.0,
+                           "share": -0.5, "evidence": "", "fix": "", "owner": "",
+                           "validation": ""}], "Inefficiency.share is -0.5: it cannot be"),
 ])
 def test_values_no_run_writes_are_refused_naming_the_field(
         tmp_path: Path, path: list[Any], value: Any, said: str) -> None:
