@@ -11,6 +11,7 @@ never ends, so either is refused before it is opened.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import stat
@@ -44,18 +45,25 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     audit: ``attribute -o`` on a full disk left the old snapshot as 28 KB of cut JSON).  The
     new file takes an existing one's permissions; a symlink stays a symlink (the file it
     leads to is replaced).  What is not a regular file (``/dev/stdout``, a FIFO) is written
-    in place.  OSError on failure, the temporary file removed."""
+    in place, and so is a file whose directory takes no new file (a writable file in a
+    directory ppwtop may not write, a name too long for the temporary's prefix).  OSError on
+    failure, the temporary file removed."""
     target = Path(os.path.realpath(path))
     try:
         old: os.stat_result | None = target.stat()
     except OSError:
         old = None
     if old is not None and not stat.S_ISREG(old.st_mode):
-        with open(target, "wb") as f:
-            f.write(data)
+        _write_in_place(target, data)
         return
     tmp = target.with_name(f".{target.name}.{os.getpid()}.ppwtop-tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # (the umask applies)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # (umask applies)
+    except OSError as e:
+        if old is None or e.errno not in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG):
+            raise
+        _write_in_place(target, data)
+        return
     try:
         with os.fdopen(fd, "wb") as f:
             if old is not None:
@@ -67,6 +75,11 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _write_in_place(target: Path, data: bytes) -> None:
+    with open(target, "wb") as f:
+        f.write(data)
 
 
 def overwrites_input(out: str | Path, inputs: Iterator[str | Path] | list[str | Path]

@@ -51,14 +51,13 @@ def dumps(snapshot: Snapshot) -> bytes:
         return orjson.dumps(_utf8(d), option=opts, default=_default)
 
 
-def check_output(path: str | Path, inputs: Sequence[str | Path] = (), *,
-                 recording_ok: bool = False) -> None:
+def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     """InputError unless ``path`` looks writable as a file: said before a long run rather
     than after it (``attribute -o DIR`` printed the run's warnings, then the error).  Checks
     what is knowable without creating the file: an empty name, a directory, a missing or
     non-directory parent, no write permission; and that it is none of the command's
-    ``inputs`` and (unless ``recording_ok``) no ppwtop recording, which the output would
-    replace with no way back (an audit: ``attribute --trace r.ppw -o r.ppw`` exited 0 with the
+    ``inputs`` and no ppwtop recording (none of its callers writes one), which the output
+    would replace with no way back (an audit: ``attribute --trace r.ppw -o r.ppw`` exited 0 with the
     recording gone)."""
     if str(path) == "":
         raise InputError(path, "cannot write: the output path is empty")
@@ -69,7 +68,7 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = (), *,
     if same is not None:
         raise InputError(path, f"is also this command's input ({str(same)!r}): writing the "
                                "output there would destroy it; choose another output path")
-    if not recording_ok and is_recording(Path(path)):
+    if is_recording(Path(path)):
         raise InputError(path, "is a ppwtop recording: writing this output over it would "
                                "lose the recording; choose another path (or remove it first)")
 

@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,24 @@ def test_simulate_refuses_a_run_too_large_to_write_and_names_the_seconds_that_fi
     most = int(line.rsplit("use --seconds ", 1)[1].split()[0])
     assert main(["simulate", "--scenario", "launch_bound", "--seconds", str(max(most, 1)),
                  "--out", str(out)]) == 0
+
+
+def test_a_writable_file_in_a_directory_that_takes_no_new_file_is_written_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary beside it cannot be created (a directory ppwtop may not write): the file
+    is written in place, as before, rather than the output refused."""
+    out = tmp_path / "s.json"
+    out.write_bytes(b"old")
+    inode = out.stat().st_ino
+    real_open = os.open
+
+    def no_new_files(p: Any, flags: int, mode: int = 0o777) -> int:
+        if str(p).endswith(".ppwtop-tmp"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(p, flags, mode)
+
+    monkeypatch.setattr("ppwtop.fileio.os.open", no_new_files)
+    write_atomic(out, b"new")
+    assert out.read_bytes() == b"new" and out.stat().st_ino == inode
+    with pytest.raises(PermissionError):  # a new file there: nothing to write in place
+        write_atomic(tmp_path / "new.json", b"x")
