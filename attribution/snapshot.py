@@ -322,7 +322,7 @@ _NON_NEGATIVE = frozenset({
     # (2026-12-05, an audit: each was read as given)
     # (window times may be negative: a trace's clock need not start at its epoch)
     "Window.duration_s", "Totals.measured_energy_j",
-    "Inefficiency.energy_j", "Inefficiency.share", "Steps.sla_ms", "Steps.items_per_j",
+    "Inefficiency.energy_j", "Inefficiency.share", "Steps.sla_ms",
     "Quantiles.mean", "Quantiles.p50", "Quantiles.p95", "Quantiles.p99",
 })
 

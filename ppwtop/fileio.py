@@ -14,6 +14,7 @@ import contextlib
 import errno
 import gzip
 import os
+import secrets
 import stat
 import zlib
 from collections.abc import Iterator
@@ -48,17 +49,22 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     in place, and so is a file whose directory takes no new file (a writable file in a
     directory ppwtop may not write, a name too long for the temporary's prefix).  OSError on
     failure, the temporary file removed."""
-    target = Path(os.path.realpath(path))
     try:
-        old: os.stat_result | None = target.stat()
+        old: os.stat_result | None = os.stat(path)  # (through a symlink)
     except OSError:
         old = None
     if old is not None and not stat.S_ISREG(old.st_mode):
-        _write_in_place(target, data)
+        # /dev/stdout, a FIFO, >(cmd): written as given (its real path may be a pipe's
+        # /proc name, where no file can be made)
+        _write_in_place(Path(path), data)
         return
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.ppwtop-tmp")
+    target = Path(os.path.realpath(path))
+    # a fresh name each time, created exclusively: two writers never share one, and a link
+    # planted at the name is not followed
+    tmp = target.with_name(f".{target.name[:120]}.{os.getpid()}.{secrets.token_hex(4)}"
+                           ".ppwtop-tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # (umask applies)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # (umask applies)
     except OSError as e:
         if old is None or e.errno not in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG):
             raise

@@ -223,3 +223,17 @@ def test_a_few_records_far_from_the_run_are_left_out_with_a_line() -> None:
     two = dataclasses.replace(tr, kernels=dataclasses.replace(
         k, start_ns=s2, end_ns=k.end_ns - np.where(np.arange(len(k)) < half, far, 0)))
     assert stray_records(two)[1] == 0
+    # without a power log nothing is at stake: kept; nor is what the log covers (a server's
+    # warm-up and a late request two hours on, logged throughout, are one run)
+    assert stray_records(dataclasses.replace(bad, power=type(tr.power).empty()))[1] == 0
+    late = k.start_ns.copy(), k.end_ns.copy()
+    two_h = 2 * 3_600 * 10**9
+    late[0][:20] += two_h
+    late[1][:20] += two_h
+    cols = {c: np.r_[v, v[-1:]] for c, v in tr.power.columns().items()}
+    cols["t_ns"][-1] += two_h + 10**9  # the log runs on past the late burst
+    logged = type(tr.power).from_columns(cols)
+    burst = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=late[0],
+                                                                end_ns=late[1]))
+    assert stray_records(burst)[1] == 20  # the log ends with the run: a burst it missed
+    assert stray_records(dataclasses.replace(burst, power=logged))[1] == 0

@@ -16,8 +16,8 @@ says why those numbers should not be trusted.  Two repairs are made.  By :func:`
 a GPU item that ends before it starts (a damaged recording or export; the Kineto importer
 already reads a negative ``dur`` as 0) is read as zero length, with a warning, instead of
 giving a negative time and negative joules.  By :func:`stray_records`: a few records far
-from the rest of the run (a start of 0, a ts of −10¹² µs) are left out, with a warning,
-instead of stretching the window to days and filling it with idle.
+from the rest of the run and from the power log (a start of 0, a ts of −10¹² µs) are left
+out, with a warning, instead of stretching the window to days and filling it with idle.
 """
 
 from __future__ import annotations
@@ -165,19 +165,23 @@ _RECORDS = ("kernels", "copies", "memsets", "apis", "markers")
 
 def stray_records(trace: Trace) -> tuple[Trace, int, float]:
     """``trace`` without the GPU items, host calls and markers that lie far from the rest of
-    the run (see the module doc and the constants), how many were left out, and how far
-    beyond the bulk the nearest cut-off lay (s).  An audit, 2026-12-05: five kernels with a
-    ts of −10¹² µs made a 1 000 005 s window and 61.6 MJ; a recording's kernel starting at
-    0 made 1.57 TJ."""
+    the run and from its power log (see the module doc and the constants), how many were
+    left out, and how far beyond the kept span the cut-off lay (s).  An audit, 2026-12-05:
+    five kernels with a ts of −10¹² µs made a 1 000 005 s window and 61.6 MJ; a recording's
+    kernel starting at 0 made 1.57 TJ.  Records the power log covers are never left out (a
+    server's warm-up and a late request two hours on, logged throughout, are one run), and
+    without a power log nothing is (no joules are at stake; the times are the trace's)."""
     batches = [getattr(trace, f) for f in _RECORDS]
     n = sum(len(b) for b in batches)
-    if n < 100:
+    if n < 100 or not len(trace.power):
         return trace, 0, 0.0
     step = max(1, n // _STRAY_SAMPLE)
     sample = np.concatenate([b.start_ns for b in batches])[::step]
     lo, hi = np.percentile(sample, [1.0, 99.0], method="nearest")
     reach = max(float(STRAY_MIN_NS), STRAY_SPAN_FACTOR * float(hi - lo))
-    first, last = float(lo) - reach, float(hi) + reach
+    p_first, p_last = int(trace.power.t_ns.min()), int(trace.power.t_ns.max())
+    first = float(min(int(lo), p_first)) - reach
+    last = float(max(int(hi), p_last)) + reach
     masks = [(b.start_ns < first) | (b.end_ns > last) for b in batches]
     k = sum(int(np.count_nonzero(m)) for m in masks)
     if k == 0 or k > STRAY_MAX_SHARE * n:
@@ -190,7 +194,8 @@ def stray_records(trace: Trace) -> tuple[Trace, int, float]:
 def stray_warning(n_records: int, reach_s: float) -> str:
     """The snapshot line for the records :func:`stray_records` left out."""
     return (f"{n_records} record(s) lie more than {reach_s:.3g} s outside the rest of the run "
-            "(damaged timestamps): left out, so the window is the run's own")
+            "and its power log (damaged timestamps, or a burst the log did not cover): left "
+            "out, so the window is the run's own")
 
 
 def backwards_warning(n_items: int) -> str:

@@ -28,6 +28,7 @@ from textual.message import Message
 from textual.screen import Screen
 
 from attribution.snapshot import KernelRow, Snapshot
+from ppwtop.fileio import write_atomic
 from ppwtop.tui.compare import CompareScreen
 from ppwtop.tui.detail import DetailScreen
 from ppwtop.tui.feed import PowerTrace, SnapshotFeed
@@ -60,8 +61,8 @@ def export_snapshot(snap: Snapshot, directory: Path) -> Path:
     while path.exists():
         n += 1
         path = directory / f"ppwtop-snapshot-{stamp}-{n}.json"
-    path.write_bytes(orjson.dumps(snap.to_dict(), option=orjson.OPT_INDENT_2
-                                  | orjson.OPT_SERIALIZE_NUMPY))
+    write_atomic(path, orjson.dumps(snap.to_dict(), option=orjson.OPT_INDENT_2
+                                    | orjson.OPT_SERIALIZE_NUMPY))
     return path
 
 
