@@ -273,6 +273,6 @@ def test_an_output_to_dev_stdout_in_a_pipe_is_written(sim_dir: Path) -> None:
 
     r = subprocess.run([sys.executable, "-m", "ppwtop", "attribute", "--trace",
                         str(sim_dir / "trace.json.gz"), "-o", "/dev/stdout"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False)
+                       capture_output=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-500:]
     assert r.stdout.lstrip().startswith(b"{") and b'"ppwtop.snapshot/1"' in r.stdout

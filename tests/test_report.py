@@ -373,6 +373,7 @@ def test_energy_changes_through_another_sensor_field_or_under_the_floor_are_not_
     drawn = (dataclasses.replace(a.gpus[0], sensor=dataclasses.replace(a.gpus[0].sensor,
                                                                        field="draw")),)
     base = write(tmp_path / "a.json", dataclasses.replace(make_snapshot(1.001), gpus=drawn))
+    assert a.steps is not None
     cand = write(tmp_path / "b.json", dataclasses.replace(
         a, steps=dataclasses.replace(a.steps, latency_ms=Quantiles(30.0, 30.0, 33.0, 37.5))))
     out = tmp_path / "r.md"

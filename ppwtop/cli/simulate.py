@@ -58,8 +58,8 @@ def main(argv: list[str]) -> int:
     t = time.perf_counter()
     res = simulate(args.scenario, args.gpu.strip().lower() if args.gpu else None,
                    args.seconds, args.seed, workload_seed=args.workload_seed)
-    tr = res.trace
-    n = len(tr.kernels) + len(tr.copies) + len(tr.memsets) + len(tr.apis) + len(tr.markers)
+    sim = res.trace
+    n = len(sim.kernels) + len(sim.copies) + len(sim.memsets) + len(sim.apis) + len(sim.markers)
     if n > MAX_EVENTS:
         most_s = int(args.seconds * MAX_EVENTS / n)
         raise PpwtopError(f"{args.scenario} for {args.seconds:g} s holds {n / 1e6:.1f} M trace "
