@@ -1,7 +1,9 @@
-"""Shared fixtures: the path to the copied real data; two traces merged as two GPUs."""
+"""Shared fixtures: the path to the copied real data; two traces merged as two GPUs; Ctrl-C
+deliverable to the tests that send it."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +13,21 @@ import pytest
 from attribution.model import Trace
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_deliverable() -> Iterator[None]:
+    """A suite started as a background job of a script (``pytest &``, as a CI step or a
+    ``nohup`` may run it) inherits SIGINT ignored, and so do the ppwtop commands its tests
+    start: the tests that send Ctrl-C then saw it ignored (4 failures, passing in the
+    foreground).  Python's own handler for the session; the children then start with the
+    default."""
+    old = signal.getsignal(signal.SIGINT)
+    if old == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if old == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture
