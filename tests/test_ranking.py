@@ -259,7 +259,7 @@ def test_idle_whose_active_idle_was_not_placed_is_not_resolvable() -> None:
     assert all(c.resolvable and not c.unresolved_why for c in placed)
     ranked = order([held["idle.host_stall"], _cand("copy:HtoD/pageable", 20.0)], 1000.0)
     assert ranked[0].mechanism == "copy:HtoD/pageable"
-    assert "readings did not place it" in ranked[1].evidence
+    assert "readings do not place it closely enough" in ranked[1].evidence
     assert "classes behind this number" not in ranked[1].evidence
 
 

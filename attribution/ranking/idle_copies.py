@@ -36,9 +36,9 @@ MAX_REL_WIDTH = 1.0
 
 IDLE_MAX_REL_WIDTH = 0.5
 """An ``idle.<cause>`` candidate whose 90 % interval is wider than ±25 % is not resolvable:
-its joules are active idle × time, and active idle that wide is the engine's hold (at the
-board's value, spanning ±50 %: the readings did not place it), not a measurement.  Placed
-active idle spans 7–19 % (20 s simulated runs, four boards, five scenarios)."""
+its joules are active idle × time, and active idle that wide is not a measurement (the
+engine's hold at the board's value spans ±50 %; a lag at its search's edge widens it too).
+Placed active idle spans 7–19 % (20 s simulated runs, four boards, five scenarios)."""
 
 
 def _idle_resolvable(e: float, ci_j: tuple[float, float]) -> bool:
@@ -50,7 +50,7 @@ def _unplaced_why(e: float, t: float, ci_j: tuple[float, float]) -> str:
     if _idle_resolvable(e, ci_j) or not t > 0:
         return ""
     return (f"active idle's 90 % interval is {ci_j[0] / t:.0f}–{ci_j[1] / t:.0f} W: the "
-            "readings did not place it, and the joules are its held value × the time")
+            "readings do not place it closely enough for these joules to count as measured")
 
 _FIX = {
     "launch_gap": ("cut launch overhead: capture the loop in CUDA graphs (torch.compile "
