@@ -176,18 +176,22 @@ def stray_records(trace: Trace) -> tuple[Trace, int, float]:
     if n < 100 or not len(trace.power):
         return trace, 0, 0.0
     step = max(1, n // _STRAY_SAMPLE)
-    sample = np.concatenate([b.start_ns for b in batches])[::step]
+    # strided per batch (no concatenation of every start: ~2 M on the speed trace)
+    sample = np.concatenate([b.start_ns[::step] for b in batches if len(b)])
     lo, hi = np.percentile(sample, [1.0, 99.0], method="nearest")
     reach = max(float(STRAY_MIN_NS), STRAY_SPAN_FACTOR * float(hi - lo))
     p_first, p_last = int(trace.power.t_ns.min()), int(trace.power.t_ns.max())
     first = float(min(int(lo), p_first)) - reach
     last = float(max(int(hi), p_last)) + reach
-    masks = [(b.start_ns < first) | (b.end_ns > last) for b in batches]
-    k = sum(int(np.count_nonzero(m)) for m in masks)
+    masks: dict[str, np.ndarray] = {}
+    for f, b in zip(_RECORDS, batches, strict=True):
+        # a batch wholly inside (the common case) costs a min and a max, no mask
+        if len(b) and (float(b.start_ns.min()) < first or float(b.end_ns.max()) > last):
+            masks[f] = (b.start_ns < first) | (b.end_ns > last)
+    k = sum(int(np.count_nonzero(m)) for m in masks.values())
     if k == 0 or k > STRAY_MAX_SHARE * n:
         return trace, 0, 0.0
-    kept = {f: b.take(np.flatnonzero(~m)) for f, b, m in zip(_RECORDS, batches, masks,
-                                                             strict=True) if m.any()}
+    kept = {f: getattr(trace, f).take(np.flatnonzero(~m)) for f, m in masks.items()}
     return dataclasses.replace(trace, **kept), k, reach * 1e-9
 
 
