@@ -24,6 +24,8 @@ import numpy.typing as npt
 from attribution.engine import attribute
 from attribution.model import (
     POLL_TIME_KEY,
+    ApiBatch,
+    ApiKind,
     DeviceInfo,
     KernelBatch,
     PowerField,
@@ -31,7 +33,7 @@ from attribution.model import (
     Trace,
 )
 from benchmarks.naive import naive_split
-from ppwtop.importers.pmd import load_edges, load_pmd
+from ppwtop.importers.pmd import load_edge_values, load_edges, load_pmd
 from ppwtop.importers.smi_csv import load_smi_csv
 
 F64 = npt.NDArray[np.float64]
@@ -72,7 +74,10 @@ def _meter_idle_w(t_ns: I64, power_w: F64, s_ns: I64, e_ns: I64) -> float:
 
 
 def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: str,
-             field: str) -> dict[str, Any]:
+             field: str, trailing_idle: bool = False) -> dict[str, Any]:
+    """One run's row; ``trailing_idle``: the trace runs on to the last edge of
+    ``timestamps.csv`` (a host call spanning it, as a profiler that keeps running records),
+    so the idle after the last kernel is in the window (``real_trailing_idle.py``)."""
     d = root / BASE / folder
     s_ns, e_ns = load_edges(d / "timestamps.csv")
     meter = load_pmd(d / "PMD_data.bin", d / "PMD_start_ts.txt")
@@ -91,6 +96,12 @@ def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: s
     trace = Trace(strings=strings, kernels=kernels, power=pw,
                   devices=[DeviceInfo(index=0, name=device_name)],
                   meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
+    if trailing_idle:
+        last = load_edge_values(d / "timestamps.csv")[-1:]
+        trace.apis = ApiBatch.from_columns({
+            "start_ns": s_ns[:1] - 1000, "end_ns": last, "correlation": np.full(1, -1),
+            "name_id": np.full(1, strings.intern("cudaDeviceSynchronize"), np.int32),
+            "kind": np.full(1, int(ApiKind.SYNC), np.uint8)})
     t0 = time.perf_counter()
     snap = attribute(trace, gpu=preset)
     wall_s = time.perf_counter() - t0
