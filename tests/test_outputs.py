@@ -276,3 +276,27 @@ def test_an_output_to_dev_stdout_in_a_pipe_is_written(sim_dir: Path) -> None:
                        capture_output=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-500:]
     assert r.stdout.lstrip().startswith(b"{") and b'"ppwtop.snapshot/1"' in r.stdout
+
+
+def test_replay_of_a_recording_with_stray_records(sim_dir: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay clock starts at the earliest record: one stamped ~11 days early put the
+    run that far into replay time, so the first seconds replayed held nothing."""
+    import dataclasses
+
+    from ppwtop.importers import load_power, load_trace
+    from ppwtop.recording import write_recording
+
+    tr = load_trace(sim_dir / "trace.json.gz")
+    k = tr.kernels
+    s, e = k.start_ns.copy(), k.end_ns.copy()
+    s[:2] -= 10**18
+    e[:2] -= 10**18
+    tr = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e),
+                             power=load_power(sim_dir / "power.csv", tz="UTC").power)
+    rec = tmp_path / "t.ppw"
+    write_recording(rec, tr)
+    assert main(["replay", str(rec), "--headless", "--seconds", "2"]) == 0
+    out = capsys.readouterr()
+    assert "2 record(s) lie more than" in out.err
+    assert " J in 2.0 s" in out.out
