@@ -9,7 +9,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -106,3 +106,27 @@ def test_a_column_of_another_dtype_is_a_malformed_chunk(tmp_path: Path) -> None:
     ok = _one_column_batch("start_ns", np.array([5, 7], dtype="<i4"))  # a safe widening
     q = _file(tmp_path / "q.ppw", [(fmt.CHUNK_BATCH, ok)])
     assert read_recording(q).kernels.start_ns.tolist() == [5, 7]
+
+
+def test_a_batch_without_its_time_column_is_corrupt_not_read_as_time_zero(
+        tmp_path: Path) -> None:
+    """Its rows read as stamped at 0 (the window from 1970 on: 3.9e11 J, an audit)."""
+    import numpy as np
+
+    from attribution.model import KernelBatch
+
+    class NoStart:  # a kernels batch as a writer that forgot start_ns would write it
+        DTYPES: ClassVar[dict[str, Any]] = {k: v for k, v in KernelBatch.DTYPES.items()
+                                            if k != "start_ns"}
+
+        def __len__(self) -> int:
+            return 3
+
+        def __getattr__(self, name: str) -> Any:
+            return np.full(3, 5, self.DTYPES[name])
+
+    parts = fmt.batch_chunk_parts("kernels", NoStart())  # type: ignore[arg-type]
+    p = _file(tmp_path / "r.ppw", [(fmt.CHUNK_BATCH, b"".join(bytes(x) for x in parts[1:]))])
+    tr = read_recording(p)
+    assert len(tr.kernels) == 0
+    assert any("kernels batch without its start_ns column" in n for n in tr.meta["notes"])

@@ -196,6 +196,12 @@ class RecordingReader:
             self.notes.append(f"recording: skipped a batch of unknown kind {kind!r} "
                               f"at byte {pos}")
             return None
+        # rows without their start (items) or stamp (samples) would read as at time 0, the
+        # window then reaching back to 1970 (3.9e11 J, an audit); a missing end_ns reads as
+        # 0 too, but that is an item ending before it starts, which the engine repairs
+        missing = [t for t in ("start_ns", "t_ns") if t in cls.DTYPES and t not in cols]
+        if missing and rows:
+            raise ValueError(f"{kind} batch without its {missing[0]} column")
         for name, want in cls.DTYPES.items():  # a float where an int belongs cast NaN and
             got = cols.get(name)                 # 1e300 to garbage ints (−5e11 J) silently
             if got is not None and not np.can_cast(got.dtype, want, casting="safe"):
