@@ -22,19 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from attribution.engine import attribute
-from attribution.model import (
-    POLL_TIME_KEY,
-    ApiBatch,
-    ApiKind,
-    DeviceInfo,
-    KernelBatch,
-    PowerField,
-    StringTable,
-    Trace,
-)
+from attribution.model import PowerField
 from benchmarks.naive import naive_split
-from ppwtop.importers.pmd import load_edge_values, load_edges, load_pmd
-from ppwtop.importers.smi_csv import load_smi_csv
+from ppwtop.importers.pmd import load_pmd, run_trace
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -79,29 +69,13 @@ def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: s
     ``timestamps.csv`` (a host call spanning it, as a profiler that keeps running records),
     so the idle after the last kernel is in the window (``real_trailing_idle.py``)."""
     d = root / BASE / folder
-    s_ns, e_ns = load_edges(d / "timestamps.csv")
-    meter = load_pmd(d / "PMD_data.bin", d / "PMD_start_ts.txt")
-    mt, mp = meter.t_ns.astype(np.int64), meter.power_mw.astype(np.float64) / 1000.0
-    smi = load_smi_csv(d / "gpudata.csv", tz="+01:00")
-    pw = smi.power.take(np.flatnonzero(smi.power.field == int(FIELDS[field])))
+    trace = run_trace(d, device_name, FIELDS[field], trailing_idle=trailing_idle)
+    pw = trace.power
     if len(pw) == 0:
         return {"run": label, "field": field, "skipped": f"no power.{field} column"}
-    strings = StringTable(["square_wave"])
-    n = len(s_ns)
-    kernels = KernelBatch.from_columns({
-        "start_ns": s_ns, "end_ns": e_ns, "device": np.zeros(n, np.int16),
-        "stream": np.full(n, 7), "correlation": np.arange(1, n + 1),
-        "name_id": np.zeros(n, np.int32)})
-    # the log's rows are stamped when nvidia-smi polled them, as `ppwtop attribute` knows
-    trace = Trace(strings=strings, kernels=kernels, power=pw,
-                  devices=[DeviceInfo(index=0, name=device_name)],
-                  meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
-    if trailing_idle:
-        last = load_edge_values(d / "timestamps.csv")[-1:]
-        trace.apis = ApiBatch.from_columns({
-            "start_ns": s_ns[:1] - 1000, "end_ns": last, "correlation": np.full(1, -1),
-            "name_id": np.full(1, strings.intern("cudaDeviceSynchronize"), np.int32),
-            "kind": np.full(1, int(ApiKind.SYNC), np.uint8)})
+    s_ns, e_ns = trace.kernels.start_ns, trace.kernels.end_ns
+    meter = load_pmd(d / "PMD_data.bin", d / "PMD_start_ts.txt")
+    mt, mp = meter.t_ns.astype(np.int64), meter.power_mw.astype(np.float64) / 1000.0
     t0 = time.perf_counter()
     snap = attribute(trace, gpu=preset)
     wall_s = time.perf_counter() - t0
@@ -122,7 +96,7 @@ def real_row(root: Path, label: str, folder: str, *, preset: str, device_name: s
         return (x - ref) / ref if ref else float("nan")
 
     return {
-        "run": label, "field": field, "gpu": preset, "kernels": n, "busy_s": busy_s,
+        "run": label, "field": field, "gpu": preset, "kernels": len(s_ns), "busy_s": busy_s,
         "meter_kernel_j": m_full, "meter_idle_w": m_idle_w, "meter_dynamic_j": m_dyn,
         "engine_kernel_j": k.energy_j, "engine_dynamic_j": k.dynamic_energy_j,
         "engine_ci_j": [lo, hi], "engine_idle_w": p_idle,

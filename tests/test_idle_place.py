@@ -21,21 +21,14 @@ from attribution.engine.idle_place import (
 )
 from attribution.engine.live import LiveEngine
 from attribution.model import (
-    POLL_TIME_KEY,
-    ApiBatch,
-    ApiKind,
-    DeviceInfo,
-    KernelBatch,
     PowerField,
-    StringTable,
     Trace,
 )
 from attribution.presets import get_preset
 from attribution.sim import simulate
 from attribution.sim.scenarios import SCENARIOS
 from attribution.snapshot import Snapshot
-from ppwtop.importers.pmd import load_edge_values, load_edges
-from ppwtop.importers.smi_csv import load_smi_csv
+from ppwtop.importers.pmd import load_edge_values, run_trace
 from tests.test_live_engine import drive
 
 TR = Path(__file__).parent / "data" / "gpu_power_benchmark" / "plotting" / "data" / \
@@ -110,17 +103,7 @@ def test_judge_idle(case: tuple[float, float | None, int, float, bool],
 
 def _tr_trace(folder: str, device_name: str) -> Trace:
     """A transient-response run as accuracy_real.py reads it: one kernel per edge pair."""
-    s_ns, e_ns = load_edges(TR / folder / "timestamps.csv")
-    smi = load_smi_csv(TR / folder / "gpudata.csv", tz="+01:00")
-    power = smi.power.take(np.flatnonzero(smi.power.field == int(PowerField.INSTANT)))
-    n = len(s_ns)
-    kernels = KernelBatch.from_columns({
-        "start_ns": s_ns, "end_ns": e_ns, "device": np.zeros(n, np.int16),
-        "stream": np.full(n, 7), "correlation": np.arange(1, n + 1),
-        "name_id": np.zeros(n, np.int32)})
-    return Trace(strings=StringTable(["square_wave"]), kernels=kernels, power=power,
-                 devices=[DeviceInfo(index=0, name=device_name)],
-                 meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
+    return run_trace(TR / folder, device_name, PowerField.INSTANT)
 
 
 def _engine_snapshot(trace: Trace, engine: str, gpu: str | None = None) -> Snapshot:
@@ -273,20 +256,9 @@ def test_a_held_active_idle_is_held_at_the_quiet_readings_level() -> None:
     board's own sensor (idle 180 J where the readings hold ~310 J).  Held now at the
     quiet readings' level, with a line saying so; every class still flagged."""
     folder = TR / "4090_TR"
-    s_ns, e_ns = load_edges(folder / "timestamps.csv")
     edges = load_edge_values(folder / "timestamps.csv")
-    smi = load_smi_csv(folder / "gpudata.csv", tz="+01:00")
-    power = smi.power.take(np.flatnonzero(smi.power.field == int(PowerField.DRAW)))
-    kernels = KernelBatch.from_columns({
-        "start_ns": s_ns, "end_ns": e_ns, "device": np.zeros(1, np.int16),
-        "stream": np.full(1, 7), "correlation": np.ones(1), "name_id": np.zeros(1, np.int32)})
-    strings = StringTable(["square_wave", "cudaDeviceSynchronize"])
-    apis = ApiBatch.from_columns({  # the host waits until the run's last edge
-        "start_ns": s_ns[:1] - 1000, "end_ns": edges[-1:], "correlation": np.full(1, -1),
-        "name_id": np.ones(1, np.int32), "kind": np.full(1, int(ApiKind.SYNC), np.uint8)})
-    trace = Trace(strings=strings, kernels=kernels, apis=apis, power=power,
-                  devices=[DeviceInfo(index=0, name="NVIDIA GeForce RTX 4090")],
-                  meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
+    trace = run_trace(folder, "NVIDIA GeForce RTX 4090", PowerField.DRAW, trailing_idle=True)
+    power = trace.power
     snap = attribute(trace, n_boot=20)
     t_ns, w = power.t_ns, power.power_mw * 1e-3
     last_3s = w[(t_ns > edges[-1] - 3_000_000_000) & (t_ns <= edges[-1])]

@@ -1,7 +1,8 @@
 """ElmorLabs PMD external power meter (GPU_Power_Benchmark ``PMD_data.bin``) → PowerBatch.
 
 Owns the decoding of the raw meter file into ``PowerField.METER`` rows (ground truth in
-accuracy runs) and the reading of the benchmark's ``timestamps.csv`` kernel edges.
+accuracy runs), the reading of the benchmark's ``timestamps.csv`` kernel edges, and a run
+as a trace (:func:`run_trace`: its kernels from those edges, its nvidia-smi readings).
 
 Format (see docs/importers_nsys_csv.md): 18-byte records of 9 little-endian uint16
 ``[tick, c1..c8]``.  ``tick`` is a wrapping 16-bit counter at 2934.5 ticks per ms; sample 0 lies
@@ -18,8 +19,19 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from attribution.model import PowerBatch, PowerField
+from attribution.model import (
+    POLL_TIME_KEY,
+    ApiBatch,
+    ApiKind,
+    DeviceInfo,
+    KernelBatch,
+    PowerBatch,
+    PowerField,
+    StringTable,
+    Trace,
+)
 from ppwtop.errors import InputError
+from ppwtop.importers.smi_csv import load_smi_csv
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -107,3 +119,33 @@ def load_edge_values(timestamps_csv: str | Path) -> I64:
     if len(us) < 2:
         raise InputError(p, "fewer than two kernel edges")
     return us * 1000
+
+
+def run_trace(run_dir: str | Path, device_name: str, field: PowerField, *,
+              trailing_idle: bool = False, tz: str = "+01:00") -> Trace:
+    """A GPU_Power_Benchmark run as a :class:`Trace`: one ``square_wave`` kernel per edge
+    pair of ``timestamps.csv`` and the ``gpudata.csv`` readings of ``field`` (the logs are
+    local time UTC+1; poll-stamped, as ``ppwtop attribute`` knows them).  ``trailing_idle``:
+    a host call spans from the first kernel to the last edge, so the idle after the last
+    kernel is in the window, as a profiler that keeps running records it.  The runs carry
+    no trace of their own: the benchmarks and tests that compare with the meter build it
+    here."""
+    d = Path(run_dir)
+    s_ns, e_ns = load_edges(d / "timestamps.csv")
+    smi = load_smi_csv(d / "gpudata.csv", tz=tz)
+    n = len(s_ns)
+    strings = StringTable(["square_wave"])
+    trace = Trace(strings=strings, kernels=KernelBatch.from_columns({
+        "start_ns": s_ns, "end_ns": e_ns, "device": np.zeros(n, np.int16),
+        "stream": np.full(n, 7), "correlation": np.arange(1, n + 1),
+        "name_id": np.zeros(n, np.int32)}),
+        power=smi.power.take(np.flatnonzero(smi.power.field == int(field))),
+        devices=[DeviceInfo(index=0, name=device_name)],
+        meta={POLL_TIME_KEY: smi.meta[POLL_TIME_KEY]})
+    if trailing_idle:
+        trace.apis = ApiBatch.from_columns({
+            "start_ns": s_ns[:1] - 1000, "end_ns": load_edge_values(d / "timestamps.csv")[-1:],
+            "correlation": np.full(1, -1),
+            "name_id": np.full(1, strings.intern("cudaDeviceSynchronize"), np.int32),
+            "kind": np.full(1, int(ApiKind.SYNC), np.uint8)})
+    return trace
