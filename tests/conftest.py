@@ -30,6 +30,24 @@ def ctrl_c_deliverable() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@pytest.fixture(scope="session")
+def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``ppwtop simulate`` output (varied_mix on an A100, 8 s), made once for the CLI tests."""
+    from ppwtop.cli.main import main
+
+    d = tmp_path_factory.mktemp("sim")
+    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "8",
+                 "--out", str(d)]) == 0
+    return d
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The command's stderr, asserted to be the contract's one ``ppwtop: error:`` line."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ppwtop: error:"), err
+    return err[0]
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

@@ -11,24 +11,13 @@ import pytest
 
 from ppwtop.cli.main import main
 from ppwtop.snapshot_io import read_snapshot
+from tests.conftest import one_error_line
 from tests.fifo_guard import unblocked_after
 
 REQUIRED = {"schema", "gpus", "window", "totals", "kernels", "copies", "idle", "steps",
             "inefficiencies"}
 
 
-@pytest.fixture(scope="module")
-def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("sim")
-    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "8",
-                 "--out", str(d)]) == 0
-    return d
-
-
-def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("ppwtop: error:"), err
-    return err[0]
 
 
 def test_end_to_end_snapshot(sim_dir: Path, tmp_path: Path,
@@ -104,7 +93,7 @@ def test_power_log_that_never_overlaps_is_an_input_error(
     rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power", str(csv),
                "--power-tz", "UTC", "-o", str(tmp_path / "s.json")])
     assert rc == 2
-    assert "old.csv" in _one_error_line(capsys)
+    assert "old.csv" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("which", ["missing", "csv_as_trace", "bad_gpu"])
@@ -116,7 +105,7 @@ def test_bad_inputs_exit_2_with_one_line(which: str, sim_dir: Path, tmp_path: Pa
     if which == "bad_gpu":
         argv += ["--gpu", "tpu9000"]
     assert main(argv) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert {"missing": "no such file", "csv_as_trace": "not a trace",
             "bad_gpu": "tpu9000"}[which] in line
 
@@ -129,7 +118,7 @@ def test_an_option_text_that_is_not_utf8_is_a_one_line_error(
     out = tmp_path / "s.json"
     assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), option, "\udcff",
                  "-o", str(out)]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert option in line and "not valid UTF-8" in line and "internal error" not in line
     assert not out.exists()
 
@@ -157,7 +146,7 @@ def test_a_fifo_input_is_refused_not_waited_on(which: str, sim_dir: Path, tmp_pa
     with unblocked_after(fifo):  # should the FIFO be opened after all: EOF, not a hang
         assert main(["attribute", "--trace", files["--trace"], "--power", files["--power"],
                      "-o", str(tmp_path / "s.json")]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert line == f"ppwtop: error: {fifo}: is a named pipe (FIFO), not a regular file"
 
 
@@ -205,7 +194,7 @@ def test_a_snapshot_field_of_the_wrong_type_names_the_file(
     bad = tmp_path / "bad.json"
     bad.write_bytes(orjson.dumps(d))
     assert main(["report", str(bad), "-o", str(tmp_path / "r.md")]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     field = ".".join(str(k) for k in where if isinstance(k, str))  # "kernels.energy_j" …
     assert "bad.json" in line and "internal error" not in line
     assert field.split(".")[-1] in line.split("bad.json", 1)[1]  # the field, after the file
@@ -222,7 +211,7 @@ def test_debug_zero_keeps_the_one_line_message(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(demo, "main", boom)
     monkeypatch.setenv("PPWTOP_DEBUG", "0")
     assert main(["demo"]) == 2
-    assert "internal error: RuntimeError: unexpected" in _one_error_line(capsys)
+    assert "internal error: RuntimeError: unexpected" in one_error_line(capsys)
     monkeypatch.setenv("PPWTOP_DEBUG", "1")
     with pytest.raises(RuntimeError, match="unexpected"):
         main(["demo"])
@@ -321,7 +310,7 @@ def test_a_negative_diff_seed_is_a_flag_error(tmp_path: Path,
     # before: accepted by argparse, then reported as "A vs B: cannot compare" (a file problem)
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--seed",
                  "-1"]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "--seed" in line and "cannot compare" not in line
 
 
@@ -334,5 +323,5 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     rc = main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power",
                str(sim_dir / "power.csv"), "-o", out])
     assert rc == 2  # before: the run's warnings were printed first, then the error
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "cannot write" in line

@@ -14,15 +14,28 @@ import pytest
 from ppwtop.cli.main import main
 from ppwtop.fileio import write_atomic
 from ppwtop.snapshot_io import read_snapshot
+from tests.conftest import one_error_line
 from tests.test_report import make_snapshot, write
 
 
 @pytest.fixture(scope="module")
-def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("sim")
-    assert main(["simulate", "--scenario", "varied_mix", "--gpu", "a100", "--seconds", "3",
-                 "--out", str(d)]) == 0
-    return d
+def stray_recording(tmp_path_factory: pytest.TempPathFactory, sim_dir: Path) -> Path:
+    """The simulated run with its power log, two kernels stamped ~11.6 days early."""
+    import dataclasses
+
+    from ppwtop.importers import load_power, load_trace
+    from ppwtop.recording import write_recording
+
+    tr = load_trace(sim_dir / "trace.json.gz")
+    k = tr.kernels
+    s, e = k.start_ns.copy(), k.end_ns.copy()
+    s[:2] -= 10**18
+    e[:2] -= 10**18
+    tr = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e),
+                             power=load_power(sim_dir / "power.csv", tz="UTC").power)
+    rec = tmp_path_factory.mktemp("stray") / "t.ppw"
+    write_recording(rec, tr)
+    return rec
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +50,6 @@ def recording(tmp_path_factory: pytest.TempPathFactory, sim_dir: Path) -> Path:
     return p
 
 
-def _error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("ppwtop: error:"), err
-    return err[0]
 
 
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
@@ -71,7 +80,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(
             capsys.readouterr()
             continue
         assert rc == 2, argv
-        assert "is also this command's input" in _error(capsys)
+        assert "is also this command's input" in one_error_line(capsys)
         assert kept.read_bytes() == before, argv
 
 
@@ -83,9 +92,9 @@ def test_a_recording_at_the_output_path_is_not_overwritten(
     before = other.read_bytes()
     assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "-o",
                  str(other)]) == 2
-    assert "is a ppwtop recording" in _error(capsys)
+    assert "is a ppwtop recording" in one_error_line(capsys)
     assert main(["demo", "--headless", "--seconds", "1", "--export", str(other)]) == 2
-    assert "is a ppwtop recording" in _error(capsys)
+    assert "is a ppwtop recording" in one_error_line(capsys)
     assert other.read_bytes() == before
 
 
@@ -151,10 +160,10 @@ def test_a_newline_or_escape_in_a_path_keeps_the_error_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "no\nsuch\x1b[31m.json"
     assert main(["attribute", "--trace", str(bad), "-o", str(tmp_path / "o.json")]) == 2
-    line = _error(capsys)
+    line = one_error_line(capsys)
     assert "no\\nsuch\\x1b[31m.json: no such file" in line and "\x1b" not in line
     assert main(["attribute", "--trace", "x", "-o", "y", "--x\ny"]) == 2
-    assert "--x\\ny" in _error(capsys)
+    assert "--x\\ny" in one_error_line(capsys)
 
 
 def test_a_recording_cut_inside_its_header_is_an_input_error(
@@ -168,7 +177,7 @@ def test_a_recording_cut_inside_its_header_is_an_input_error(
                   str(tmp_path / "s.json")]):
         assert main(argv) == 2
         assert "holds nothing to read: recording truncated at byte 96 inside its header" in \
-            _error(capsys)
+            one_error_line(capsys)
     assert not (tmp_path / "s.json").exists() and not (tmp_path / "p.json").exists()
 
 
@@ -185,14 +194,14 @@ def test_binary_input_is_not_called_a_csv_and_a_snapshot_not_a_trace(
                        ("r.gz", "unknown file format (a gzip of binary data;")):
         assert main(["attribute", "--trace", str(tmp_path / name), "-o",
                      str(tmp_path / "o.json")]) == 2
-        assert said in _error(capsys)
+        assert said in one_error_line(capsys)
     snap = write(tmp_path / "s.json", make_snapshot())
     assert main(["attribute", "--trace", str(sim_dir / "trace.json.gz"), "--power", str(snap),
                  "-o", str(tmp_path / "o.json")]) == 2
-    assert "is a ppwtop snapshot, not a power log" in _error(capsys)
+    assert "is a ppwtop snapshot, not a power log" in one_error_line(capsys)
     assert main(["attribute", "--trace", str(sim_dir / "power.csv"), "-o",
                  str(tmp_path / "o.json")]) == 2  # a real log still says what it is
-    assert "is a CSV power log, not a trace" in _error(capsys)
+    assert "is a CSV power log, not a trace" in one_error_line(capsys)
 
 
 def test_simulate_refuses_a_run_too_large_to_write_and_names_the_seconds_that_fit(
@@ -206,7 +215,7 @@ def test_simulate_refuses_a_run_too_large_to_write_and_names_the_seconds_that_fi
     out = tmp_path / "lb"
     assert main(["simulate", "--scenario", "launch_bound", "--seconds", "3", "--out",
                  str(out)]) == 2
-    line = _error(capsys)
+    line = one_error_line(capsys)
     assert "holds 0.1 M trace events" in line and "use --seconds" in line
     assert not out.exists()
     most = int(line.rsplit("use --seconds ", 1)[1].split()[0])
@@ -236,29 +245,16 @@ def test_a_writable_file_in_a_directory_that_takes_no_new_file_is_written_in_pla
 
 
 @pytest.mark.parametrize("split", [False, True])
-def test_export_of_a_trace_with_stray_records(sim_dir: Path, tmp_path: Path, split: bool,
+def test_export_of_a_trace_with_stray_records(stray_recording: Path, tmp_path: Path,
+                                              split: bool,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """The engine left the strays out and the exporter did not: its slices and energies
     then differed in length (an internal error), and the naive split's idle spanned the
     stretched window (62.9 MJ) (a review)."""
-    import dataclasses
-
     import orjson
 
-    from ppwtop.importers import load_power, load_trace
-    from ppwtop.recording import write_recording
-
-    tr = load_trace(sim_dir / "trace.json.gz")
-    k = tr.kernels
-    s, e = k.start_ns.copy(), k.end_ns.copy()
-    s[:2] -= 10**18
-    e[:2] -= 10**18
-    tr = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e),
-                             power=load_power(sim_dir / "power.csv", tz="UTC").power)
-    rec = tmp_path / "t.ppw"
-    write_recording(rec, tr)
     out = tmp_path / "o.json"
-    assert main(["export", str(rec), "--perfetto", str(out)]
+    assert main(["export", str(stray_recording), "--perfetto", str(out)]
                 + (["--power-split"] if split else [])) == 0
     assert "2 record(s) lie more than" in capsys.readouterr().err
     md = orjson.loads(out.read_bytes())["metadata"]
@@ -278,25 +274,11 @@ def test_an_output_to_dev_stdout_in_a_pipe_is_written(sim_dir: Path) -> None:
     assert r.stdout.lstrip().startswith(b"{") and b'"ppwtop.snapshot/1"' in r.stdout
 
 
-def test_replay_of_a_recording_with_stray_records(sim_dir: Path, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_a_recording_with_stray_records(
+        stray_recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The replay clock starts at the earliest record: one stamped ~11 days early put the
     run that far into replay time, so the first seconds replayed held nothing."""
-    import dataclasses
-
-    from ppwtop.importers import load_power, load_trace
-    from ppwtop.recording import write_recording
-
-    tr = load_trace(sim_dir / "trace.json.gz")
-    k = tr.kernels
-    s, e = k.start_ns.copy(), k.end_ns.copy()
-    s[:2] -= 10**18
-    e[:2] -= 10**18
-    tr = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e),
-                             power=load_power(sim_dir / "power.csv", tz="UTC").power)
-    rec = tmp_path / "t.ppw"
-    write_recording(rec, tr)
-    assert main(["replay", str(rec), "--headless", "--seconds", "2"]) == 0
+    assert main(["replay", str(stray_recording), "--headless", "--seconds", "2"]) == 0
     out = capsys.readouterr()
     assert "2 record(s) lie more than" in out.err
     assert " J in 2.0 s" in out.out
