@@ -3,7 +3,8 @@
 Owns the error wording for missing, directory, unreadable and corrupt-gzip inputs, so the
 importers, the snapshot reader, the owners file and the exporters all say the same thing;
 :func:`unwritable`, the one check an output path gets before a long run; and
-:func:`write_atomic`, how a finished output replaces what was at its path (all or nothing).
+:func:`write_atomic`, how a finished output replaces what was at its path (all or nothing),
+with :func:`write_output`, the same with the one-line error every command gives.
 Only regular files are read: a FIFO would block the read forever and a device (``/dev/zero``)
 never ends, so either is refused before it is opened.
 """
@@ -17,7 +18,7 @@ import os
 import secrets
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ppwtop.errors import InputError
@@ -83,21 +84,33 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
+def write_output(path: str | Path, data: bytes) -> None:
+    """:func:`write_atomic`, a failure as :class:`InputError` naming the file ("cannot
+    write: No space left on device")."""
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        raise InputError(path, f"cannot write: {e.strerror or e}") from None
+
+
 def _write_in_place(target: Path, data: bytes) -> None:
     with open(target, "wb") as f:
         f.write(data)
 
 
-def overwrites_input(out: str | Path, inputs: Iterator[str | Path] | list[str | Path]
+def overwrites_input(out: str | Path, inputs: Iterable[str | Path | None]
                      ) -> str | Path | None:
     """The input that ``out`` names (the same file, through links or another spelling), or
-    None: writing the output would destroy it (``attribute --trace r.ppw -o r.ppw``)."""
+    None: writing the output would destroy it (``attribute --trace r.ppw -o r.ppw``).
+    ``inputs`` may hold None (an optional input not given)."""
     try:
         if not Path(out).exists():
             return None
     except OSError:
         return None
     for i in inputs:
+        if i is None:
+            continue
         with contextlib.suppress(OSError):
             if os.path.samefile(out, i):
                 return i

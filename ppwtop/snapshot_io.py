@@ -15,7 +15,7 @@ import orjson
 
 from attribution.snapshot import Snapshot
 from ppwtop.errors import InputError
-from ppwtop.fileio import overwrites_input, read_bytes, unwritable, write_atomic
+from ppwtop.fileio import overwrites_input, read_bytes, unwritable, write_output
 from ppwtop.recording.format import MAGIC as RECORDING_MAGIC
 
 
@@ -51,7 +51,7 @@ def dumps(snapshot: Snapshot) -> bytes:
         return orjson.dumps(_utf8(d), option=opts, default=_default)
 
 
-def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
+def check_output(path: str | Path, inputs: Sequence[str | Path | None] = ()) -> None:
     """InputError unless ``path`` looks writable as a file: said before a long run rather
     than after it (``attribute -o DIR`` printed the run's warnings, then the error).  Checks
     what is knowable without creating the file: an empty name, a directory, a missing or
@@ -64,7 +64,7 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     why = unwritable(Path(path))
     if why is not None:
         raise InputError(path, f"cannot write: {why}")
-    same = overwrites_input(path, list(inputs))
+    same = overwrites_input(path, inputs)
     if same is not None:
         raise InputError(path, f"is also this command's input ({str(same)!r}): writing the "
                                "output there would destroy it; choose another output path")
@@ -85,11 +85,7 @@ def is_recording(p: Path) -> bool:
 
 
 def write_snapshot(snapshot: Snapshot, path: str | Path) -> None:
-    p = Path(path)
-    try:
-        write_atomic(p, dumps(snapshot))
-    except OSError as e:
-        raise InputError(p, f"cannot write: {e.strerror or e}") from None
+    write_output(path, dumps(snapshot))
 
 
 def read_snapshot(path: str | Path) -> Snapshot:

@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
 
             raise UsageError(f"ppwtop attribute: --gpu: {e.args[0]}") from None
     require_power_for_gpus("attribute", a.power_gpus, a.power)
-    check_output(a.output, [x for x in (a.trace, a.power, a.owners) if x is not None])
+    check_output(a.output, [a.trace, a.power, a.owners])
     # (before the run, which may take minutes)
     owners = read_owners(a.owners) if a.owners is not None else None
     trace = load_trace(a.trace)

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
 from attribution.snapshot import Snapshot, rows_by_energy
 from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
-from ppwtop.errors import InputError, PpwtopError
-from ppwtop.fileio import write_atomic
+from ppwtop.errors import PpwtopError
 from ppwtop.terminal import need_terminal
 
 GPUS = ("v100", "a100", "h100", "h200", "rtx3090", "rtx4090")
@@ -87,11 +84,9 @@ def main(argv: list[str]) -> int:
 
         snap = with_sla(snap, args.sla_ms)
         if args.export is not None:
-            try:
-                write_atomic(args.export, orjson.dumps(
-                    snap.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-            except OSError as e:
-                raise InputError(args.export, f"cannot write: {e.strerror or e}") from None
+            from ppwtop.snapshot_io import write_snapshot
+
+            write_snapshot(snap, args.export)
         print(summary(snap))
         return 0
     from ppwtop.panel_feed import PanelFeed

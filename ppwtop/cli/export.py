@@ -97,8 +97,7 @@ def main(argv: list[str]) -> int:
     require_power_for_gpus("export", args.power_gpus, args.power)
     from ppwtop.snapshot_io import check_output
 
-    check_output(args.perfetto, [x for x in (args.input, args.power, args.snapshot)
-                                 if x is not None])
+    check_output(args.perfetto, [args.input, args.power, args.snapshot])
 
     from ppwtop.exporters.perfetto import export_snapshot, export_trace, write_perfetto
     from ppwtop.report import load_snapshot

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     report_format(args.output)  # fail on a bad suffix before reading anything
-    check_output(args.output, [x for x in (args.snapshot, args.baseline) if x is not None])
+    check_output(args.output, [args.snapshot, args.baseline])
     snap = load_snapshot(args.snapshot)
     base = load_snapshot(args.baseline) if args.baseline else None
     fmt = write_report(snap, args.output, base, args.title)

@@ -25,9 +25,8 @@ import orjson
 from attribution.engine.timing_checks import stray_records, stray_warning
 from attribution.model import F64, PowerField, Trace
 from attribution.snapshot import Snapshot
-from ppwtop.errors import InputError
 from ppwtop.exporters.record_energy import copy_kind, copy_memory, record_energies
-from ppwtop.fileio import write_atomic
+from ppwtop.fileio import write_output
 
 IDLE_TID = 1_000_000
 COUNTER_TID = 0
@@ -238,7 +237,4 @@ def export_snapshot(snap: Snapshot, source: str = "") -> dict[str, Any]:
 
 
 def write_perfetto(doc: dict[str, Any], out: str | Path) -> None:
-    try:
-        write_atomic(out, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
-    except OSError as e:
-        raise InputError(out, f"cannot write ({e.strerror or e})") from None
+    write_output(out, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attribution.snapshot import Snapshot
-from ppwtop.errors import InputError, PpwtopError
-from ppwtop.fileio import write_atomic
+from ppwtop.errors import PpwtopError
+from ppwtop.fileio import write_output
 from ppwtop.snapshot_io import read_snapshot
 
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -62,8 +62,5 @@ def write_report(snap: Snapshot, out: str | Path, baseline: Snapshot | None = No
     """Render and write the report; returns the format written."""
     fmt = report_format(out)
     text = render_report(snap, fmt, baseline, title)
-    try:
-        write_atomic(out, text.encode("utf-8"))
-    except OSError as e:
-        raise InputError(out, f"cannot write ({e.strerror or e})") from None
+    write_output(out, text.encode("utf-8"))
     return fmt

@@ -21,7 +21,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
-import orjson
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -29,6 +28,7 @@ from textual.screen import Screen
 
 from attribution.snapshot import KernelRow, Snapshot
 from ppwtop.fileio import write_atomic
+from ppwtop.snapshot_io import dumps
 from ppwtop.tui.compare import CompareScreen
 from ppwtop.tui.detail import DetailScreen
 from ppwtop.tui.feed import PowerTrace, SnapshotFeed
@@ -61,8 +61,7 @@ def export_snapshot(snap: Snapshot, directory: Path) -> Path:
     while path.exists():
         n += 1
         path = directory / f"ppwtop-snapshot-{stamp}-{n}.json"
-    write_atomic(path, orjson.dumps(snap.to_dict(), option=orjson.OPT_INDENT_2
-                                    | orjson.OPT_SERIALIZE_NUMPY))
+    write_atomic(path, dumps(snap))  # (snapshot_io's form: names that are not UTF-8 too)
     return path
 
 
