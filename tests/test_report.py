@@ -359,9 +359,14 @@ def test_a_snapshot_without_power_is_reported_by_time_not_as_zero_joules(
     assert ops["total energy"] is None and ops["average power"] is None
     # a snapshot with power keeps its energies and its order
     r2 = build_report(make_snapshot())
-    assert r2.energy_known and r2.time_view == ()
-    assert [k.energy_j for k in r2.kernels] == sorted((k.energy_j for k in r2.kernels),
-                                                      reverse=True)
+    assert r2.energy_known and r2.time_view == () and r2.order == "energy"
+    joules = [k.energy_j for k in r2.kernels]
+    assert all(j is not None for j in joules)
+    assert joules == sorted((j for j in joules if j is not None), reverse=True)
+    # the lines carry n/a themselves (the renderers only format)
+    assert all(k.energy_j is None and k.dynamic_ci_j is None and k.resolvable is None
+               for k in r.kernels)
+    assert all(i.energy_j is None for i in r.idle) and r.order == "time"
 
 
 def test_energy_changes_through_another_sensor_field_or_under_the_floor_are_not_judged(

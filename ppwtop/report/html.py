@@ -16,11 +16,9 @@ import plotly.io as pio
 
 from ppwtop.report.markdown import (
     NOT_RESOLVABLE,
+    ci_cell,
     closure_line,
-    judged,
-    known,
     num,
-    order_word,
     pct,
     share_of_delta,
     signed_pct,
@@ -91,7 +89,7 @@ def render_html(r: Report) -> str:
     if r.has_baseline:
         rows = []
         for o in r.operating_points:
-            cls = judged(r, o) or ""
+            cls = o.mark or ""
             rows.append([e(o.label), e(o.unit), num(o.before), num(o.after),
                          f'<span class="{cls}">{signed_pct(o.change)}</span>'])
         parts.append(_table(["metric", "unit", "before", "after", "change"], rows,
@@ -105,7 +103,7 @@ def render_html(r: Report) -> str:
     # energy breakdown
     parts.append("<h2>Energy breakdown</h2>")
     bh = ["category", "energy J", "share"] + (["before J"] if r.has_baseline else [])
-    brows = [[e(b.category), num(known(r, b.energy_j)), pct(known(r, b.share))]
+    brows = [[e(b.category), num(b.energy_j), pct(b.share)]
              + ([num(b.before_energy_j)] if r.has_baseline else []) for b in r.breakdown]
     parts.append(_table(bh, brows, [False] + [True] * (len(bh) - 1)))
     if r.energy_known:  # a treemap of 0 J is empty
@@ -129,19 +127,15 @@ def render_html(r: Report) -> str:
         parts.append("<p>No inefficiencies were ranked in this snapshot.</p>")
 
     # kernels
-    parts.append(f"<h2>Kernels (top {len(r.kernels)} of {r.kernel_count} by {order_word(r)})"
-                 "</h2>")
+    parts.append(f"<h2>Kernels (top {len(r.kernels)} of {r.kernel_count} by {r.order})</h2>")
     if r.kernels:
         rows = []
         for k in r.kernels:
-            res = ("n/a" if not r.energy_known else "yes" if k.resolvable
+            res = ("n/a" if k.resolvable is None else "yes" if k.resolvable
                    else f'<span class="nr">{NOT_RESOLVABLE}</span>: {e(k.note)}')
-            ci = (f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]" if r.energy_known
-                  else "n/a")
-            rows.append([e(k.name), str(k.gpu), str(k.calls), num(k.time_s),
-                         num(known(r, k.energy_j)), pct(known(r, k.share)),
-                         num(known(r, k.dynamic_energy_j)), ci, num(known(r, k.avg_power_w)),
-                         res])
+            rows.append([e(k.name), str(k.gpu), str(k.calls), num(k.time_s), num(k.energy_j),
+                         pct(k.share), num(k.dynamic_energy_j), ci_cell(k.dynamic_ci_j),
+                         num(k.avg_power_w), res])
         parts.append(_table(["kernel", "gpu", "calls", "time s", "energy J", "share",
                              "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows,
                             [False] + [True] * 8 + [False]))
@@ -152,8 +146,8 @@ def render_html(r: Report) -> str:
     parts.append("<h2>Idle by cause</h2>")
     if r.idle:
         parts.append(_table(["cause", "time s", "energy J", "share", "gaps"],
-                            [[e(i.cause), num(i.time_s), num(known(r, i.energy_j)),
-                              pct(known(r, i.share)), str(i.count)] for i in r.idle],
+                            [[e(i.cause), num(i.time_s), num(i.energy_j), pct(i.share),
+                              str(i.count)] for i in r.idle],
                             [False, True, True, True, True]))
     else:
         parts.append("<p>No idle intervals.</p>")
@@ -173,12 +167,9 @@ def render_html(r: Report) -> str:
             + f"<li>confirm (rollback-safe): {_code(v.check)}</li></ul></li>"
             for v in r.interventions)
         parts.append(f"<ol>{items}</ol>")
-    elif r.energy_known:
-        parts.append("<p>Nothing to do: no ranked inefficiencies.</p>")
     else:
-        parts.append("<p>Nothing ranked: ranking needs energies and this snapshot has no power "
-                     "readings. Where the GPU time went:</p><ul>"
-                     + "".join(f"<li>{e(v)}</li>" for v in r.time_view) + "</ul>")
+        parts.append(f"<p>{e(r.no_plan)}</p>" + ("<ul>" + "".join(
+            f"<li>{e(v)}</li>" for v in r.time_view) + "</ul>" if r.time_view else ""))
 
     # verdict
     parts.append("<h2>Verdict</h2>")
@@ -210,7 +201,7 @@ def _verdict_html(r: Report) -> str:
 def _breakdown_chart(r: Report) -> go.Figure:
     """Treemap: kernels (top classes + the rest), copies, idle by cause."""
     labels, parents, values = ["kernels", "copies", "idle"], ["", "", ""], [0.0, 0.0, 0.0]
-    totals = {b.category: max(b.energy_j, 0.0) for b in r.breakdown}
+    totals = {b.category: max(b.energy_j or 0.0, 0.0) for b in r.breakdown}
     hover = ["kernels", "copies", "idle"]
     shown = 0.0
     for i, k in enumerate(r.kernels):
@@ -218,8 +209,9 @@ def _breakdown_chart(r: Report) -> go.Figure:
         labels.append(f"{label} #{i + 1}" if label in labels else label)
         hover.append(e(k.name))
         parents.append("kernels")
-        values.append(max(k.energy_j, 0.0))
-        shown += max(k.energy_j, 0.0)
+        j = max(k.energy_j or 0.0, 0.0)  # (drawn only where energies are known)
+        values.append(j)
+        shown += j
     rest = totals.get("kernels", 0.0) - shown
     if rest > 0:
         labels.append("other kernels")
@@ -231,8 +223,9 @@ def _breakdown_chart(r: Report) -> go.Figure:
         labels.append(f"idle.{e(i_line.cause)}")
         hover.append(f"idle.{e(i_line.cause)}")
         parents.append("idle")
-        values.append(max(i_line.energy_j, 0.0))
-        idle_shown += max(i_line.energy_j, 0.0)
+        j = max(i_line.energy_j or 0.0, 0.0)
+        values.append(j)
+        idle_shown += j
     values[0] = max(totals.get("kernels", 0.0), shown)
     values[1] = totals.get("copies", 0.0)
     values[2] = max(totals.get("idle", 0.0), idle_shown)

@@ -46,22 +46,8 @@ def closure_line(closure_error: float | None) -> str:
     return f"Attribution closure error vs measured energy: {pct(closure_error)}."
 
 
-def known(r: Report, v: float | None) -> float | None:
-    """An energy-derived value as measured, or None (shown n/a) where the snapshot's energies
-    are unknown (no power readings: they are 0 by convention, not measured)."""
-    return v if r.energy_known else None
-
-
-def order_word(r: Report) -> str:
-    return "energy" if r.energy_known else "time"
-
-
-def nothing_ranked(r: Report) -> list[str]:
-    """The intervention plan's text when nothing is ranked."""
-    if r.energy_known:
-        return ["Nothing to do: no ranked inefficiencies."]
-    return ["Nothing ranked: ranking needs energies and this snapshot has no power readings. "
-            "Where the GPU time went:", ""] + [f"- {esc(v)}" for v in r.time_view]
+def ci_cell(ci: tuple[float, float] | None) -> str:
+    return "n/a" if ci is None else f"[{num(ci[0])}, {num(ci[1])}]"
 
 
 def signed_pct(v: float | None) -> str:
@@ -74,11 +60,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def judged(r: Report, op: OperatingPoint) -> str | None:
-    """The operating point's better/worse mark in this report (model.OperatingPoint.judged)."""
-    return op.judged(r.comparable, floor=r.noise_floor, energy_comparable=r.energy_comparable)
-
-
 def share_of_delta(v: DiffResult, share: float) -> str:
     """A mechanism's share of the delta, where the delta is clear of 0 (else n/a)."""
     return signed_pct(share) if v.delta_is_clear else "n/a"
@@ -87,9 +68,8 @@ def share_of_delta(v: DiffResult, share: float) -> str:
 def _op_row(r: Report, op: OperatingPoint) -> list[str]:
     cells = [esc(op.label), op.unit]
     if r.has_baseline:
-        mark = judged(r, op)
         cells += [num(op.before), num(op.after),
-                  signed_pct(op.change) + (f" ({mark})" if mark else "")]
+                  signed_pct(op.change) + (f" ({op.mark})" if op.mark else "")]
     else:
         cells.append(num(op.after))
     return cells
@@ -118,7 +98,7 @@ def render_markdown(r: Report) -> str:
     bheader = ["category", "energy J", "share"] + (["before J"] if r.has_baseline else [])
     brows = []
     for b in r.breakdown:
-        row = [b.category, num(known(r, b.energy_j)), pct(known(r, b.share))]
+        row = [b.category, num(b.energy_j), pct(b.share)]
         if r.has_baseline:
             row.append(num(b.before_energy_j))
         brows.append(row)
@@ -140,21 +120,18 @@ def render_markdown(r: Report) -> str:
         lines.append("No inefficiencies were ranked in this snapshot.")
     lines.append("")
 
-    lines += [f"## Kernels (top {len(r.kernels)} of {r.kernel_count} by {order_word(r)})", ""]
+    lines += [f"## Kernels (top {len(r.kernels)} of {r.kernel_count} by {r.order})", ""]
     if r.kernels:
         rows = []
         for k in r.kernels:
-            ci = (f"[{num(k.dynamic_ci_j[0])}, {num(k.dynamic_ci_j[1])}]" if r.energy_known
-                  else "n/a")
-            res = ("n/a" if not r.energy_known else "yes" if k.resolvable
+            res = ("n/a" if k.resolvable is None else "yes" if k.resolvable
                    else f"**{NOT_RESOLVABLE}**: {esc(k.note)}")
-            rows.append([esc(k.name), str(k.gpu), str(k.calls), num(k.time_s),
-                         num(known(r, k.energy_j)), pct(known(r, k.share)),
-                         num(known(r, k.dynamic_energy_j)), ci, num(known(r, k.avg_power_w)),
-                         res])
+            rows.append([esc(k.name), str(k.gpu), str(k.calls), num(k.time_s), num(k.energy_j),
+                         pct(k.share), num(k.dynamic_energy_j), ci_cell(k.dynamic_ci_j),
+                         num(k.avg_power_w), res])
         lines += table(["kernel", "gpu", "calls", "time s", "energy J", "share",
                         "dynamic J", "dynamic 90 % CI J", "avg W", "resolvable"], rows)
-        if r.energy_known and any(not k.resolvable for k in r.kernels):
+        if any(k.resolvable is False for k in r.kernels):
             lines += ["", f"Rows marked *{NOT_RESOLVABLE}* carry numbers the readings do not pin "
                           "down; each gives its reason (a cluster names the classes it cannot "
                           "be told apart from)."]
@@ -165,8 +142,8 @@ def render_markdown(r: Report) -> str:
     lines += ["## Idle by cause", ""]
     if r.idle:
         lines += table(["cause", "time s", "energy J", "share", "gaps"],
-                       [[esc(i.cause), num(i.time_s), num(known(r, i.energy_j)),
-                         pct(known(r, i.share)), str(i.count)] for i in r.idle])
+                       [[esc(i.cause), num(i.time_s), num(i.energy_j), pct(i.share),
+                         str(i.count)] for i in r.idle])
     else:
         lines.append("No idle intervals.")
     lines.append("")
@@ -181,7 +158,9 @@ def render_markdown(r: Report) -> str:
                 lines.append(f"   - expected effect: {prose(v.validation)}")
             lines.append(f"   - confirm (rollback-safe): {v.check}")
     else:
-        lines += nothing_ranked(r)
+        lines.append(r.no_plan)
+        if r.time_view:
+            lines += [""] + [f"- {esc(v)}" for v in r.time_view]
     lines.append("")
 
     lines += ["## Verdict", ""]

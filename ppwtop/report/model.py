@@ -48,6 +48,9 @@ class OperatingPoint:
     better: str
     energy: bool = False
     """An energy-derived metric (what a change of power sensor moves as well as the run)."""
+    mark: str | None = None
+    """"better" / "worse" in this report (:meth:`judged` with the report's comparability,
+    noise floor and sensor fields), set by :func:`build_report`."""
 
     @property
     def change(self) -> float | None:
@@ -73,33 +76,40 @@ class OperatingPoint:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BreakdownRow:
+    """Energies None (shown n/a) where the snapshot's are unknown (``energy_known``)."""
+
     category: str  # "kernels" | "copies" | "idle" | "idle.<cause>" ...
-    energy_j: float
-    share: float  # of the total energy
+    energy_j: float | None
+    share: float | None  # of the total energy
     before_energy_j: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class KernelLine:
+    """Energies and ``resolvable`` None (shown n/a) where the snapshot's energies are unknown
+    (``energy_known``: 0 J by convention, not measured)."""
+
     name: str
     gpu: int
     calls: int
     time_s: float
-    energy_j: float
-    share: float
-    dynamic_energy_j: float
-    dynamic_ci_j: tuple[float, float]
-    avg_power_w: float
-    resolvable: bool
+    energy_j: float | None
+    share: float | None
+    dynamic_energy_j: float | None
+    dynamic_ci_j: tuple[float, float] | None
+    avg_power_w: float | None
+    resolvable: bool | None
     note: str  # why it is not resolvable / its cluster
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class IdleLine:
+    """Energies None (shown n/a) where the snapshot's are unknown (``energy_known``)."""
+
     cause: str
     time_s: float
-    energy_j: float
-    share: float
+    energy_j: float | None
+    share: float | None
     count: int
 
 
@@ -143,15 +153,14 @@ class Report:
     comparable: bool = True
     """False where the baseline's runs are not comparable (the diff's comparability under
     its minimum): the before/after changes are shown without "better"/"worse"."""
-    noise_floor: float = 0.0
-    """Changes smaller than this (relative; the diff's noise floor) get no better/worse."""
-    energy_comparable: bool = True
-    """False where the two runs' power was read through different sensor fields: their
-    energy metrics' changes are the sensors' as much as the runs', and get no better/worse."""
     energy_known: bool = True
     """False for a snapshot without power readings (:func:`energy_known`): its energies are
-    0 by convention, not measured; the renderers show them as n/a, the tables are ordered by
-    time and ``time_view`` stands in for the ranking."""
+    0 by convention, not measured; the lines carry them as None (n/a), the tables are ordered
+    by time (``order``) and ``time_view`` stands in for the ranking."""
+    order: str = "energy"
+    """What the kernel and idle tables are ordered by: "energy", or "time"."""
+    no_plan: str = "Nothing to do: no ranked inefficiencies."
+    """The intervention plan's sentence when nothing is ranked."""
     time_view: tuple[str, ...] = ()
     """Where the GPU time went (largest idle causes and kernels, shares of GPU time), for a
     snapshot whose energies are unknown; () otherwise."""
@@ -173,8 +182,7 @@ def _time_view(snap: Snapshot, n: int = 3) -> tuple[str, ...]:
     def line(what: str, t: float) -> str:
         return f"{what}: {t:.4g} s, {100 * t / gpu_s:.1f} % of the GPU time ({gpu_s:.4g} s)"
 
-    idle = sorted(((i.cause, i.time_s) for i in _idle(snap, by_time=True) if i.time_s > 0),
-                  key=lambda x: -x[1])[:n]
+    idle = [(i.cause, i.time_s) for i in _idle(snap, known=False) if i.time_s > 0][:n]
     kern = sorted(snap.kernels, key=lambda k: (-k.time_s, k.name, k.gpu))[:n]
     return (tuple(line(f"idle.{c}", t) for c, t in idle)
             + tuple(line(f"kernel {k.name} (GPU {k.gpu})", k.time_s) for k in kern))
@@ -210,14 +218,18 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         gpus=gpus,
         duration_s=snap.window.duration_s,
         has_baseline=baseline is not None,
-        operating_points=operating_points(snap, baseline),
-        breakdown=_breakdown(snap, baseline),
+        operating_points=tuple(
+            dataclasses.replace(o, mark=o.judged(
+                comparable, floor=0.0 if verdict is None else verdict.noise_floor,
+                energy_comparable=energy_comparable))
+            for o in operating_points(snap, baseline)),
+        breakdown=_breakdown(snap, baseline, known),
         bottlenecks=tuple(sorted(snap.inefficiencies, key=lambda i: i.rank)),
-        kernels=tuple(_kernel_line(k, total) for k in (
+        kernels=tuple(_kernel_line(k, total, known) for k in (
             rows_by_energy(snap.kernels) if known
             else sorted(snap.kernels, key=lambda k: (-k.time_s, k.name, k.gpu)))[:TOP_KERNELS]),
         kernel_count=len(snap.kernels),
-        idle=_idle(snap, by_time=not known),
+        idle=_idle(snap, known=known),
         interventions=_interventions(snap),
         verdict=verdict,
         power=power_series(snap),
@@ -226,9 +238,11 @@ def build_report(snap: Snapshot, baseline: Snapshot | None = None,
         closure_error=(snap.totals.closure_error if snap.totals.measured_energy_j > 0
                        else None),
         comparable=comparable,
-        noise_floor=0.0 if verdict is None else verdict.noise_floor,
-        energy_comparable=energy_comparable,
         energy_known=known,
+        order="energy" if known else "time",
+        no_plan=("Nothing to do: no ranked inefficiencies." if known else
+                 "Nothing ranked: ranking needs energies and this snapshot has no power "
+                 "readings. Where the GPU time went:"),
         time_view=() if known else _time_view(snap),
     )
 
@@ -315,7 +329,8 @@ def clamp_totals(snap: Snapshot) -> tuple[float | None, float | None]:
 # -- tables ----------------------------------------------------------------------------------
 
 
-def _breakdown(snap: Snapshot, baseline: Snapshot | None) -> tuple[BreakdownRow, ...]:
+def _breakdown(snap: Snapshot, baseline: Snapshot | None, known: bool = True
+               ) -> tuple[BreakdownRow, ...]:
     def parts(s: Snapshot) -> dict[str, float]:
         t = s.totals
         return {"kernels": t.kernel_energy_j, "copies": t.copy_energy_j, "idle": t.idle_energy_j}
@@ -324,11 +339,16 @@ def _breakdown(snap: Snapshot, baseline: Snapshot | None) -> tuple[BreakdownRow,
     was = parts(baseline) if baseline is not None else {}
     total = snap.totals.energy_j
     return tuple(
-        BreakdownRow(k, v, v / total if total > 0 else 0.0, was.get(k)) for k, v in now.items()
+        BreakdownRow(k, v, v / total if total > 0 else 0.0, was.get(k)) if known
+        else BreakdownRow(k, None, None, was.get(k)) for k, v in now.items()
     )
 
 
-def _kernel_line(k: KernelRow, total_j: float) -> KernelLine:
+def _kernel_line(k: KernelRow, total_j: float, known: bool = True) -> KernelLine:
+    if not known:
+        return KernelLine(name=k.name, gpu=k.gpu, calls=k.calls, time_s=k.time_s,
+                          energy_j=None, share=None, dynamic_energy_j=None, dynamic_ci_j=None,
+                          avg_power_w=None, resolvable=None, note="")
     note = ""
     if not k.resolvable:
         note = k.why or "not separable from other classes"
@@ -343,7 +363,8 @@ def _kernel_line(k: KernelRow, total_j: float) -> KernelLine:
     )
 
 
-def _idle(snap: Snapshot, *, by_time: bool = False) -> tuple[IdleLine, ...]:
+def _idle(snap: Snapshot, *, known: bool = True) -> tuple[IdleLine, ...]:
+    """Idle by cause, largest energy first (largest time where energies are unknown)."""
     by: dict[str, list[float]] = {}
     for r in snap.idle:
         acc = by.setdefault(r.cause, [0.0, 0.0, 0.0])
@@ -351,9 +372,10 @@ def _idle(snap: Snapshot, *, by_time: bool = False) -> tuple[IdleLine, ...]:
         acc[1] += r.energy_j
         acc[2] += r.count
     total = snap.totals.energy_j
-    rows = [IdleLine(c, v[0], v[1], v[1] / total if total > 0 else 0.0, int(v[2]))
-            for c, v in by.items()]
-    return tuple(sorted(rows, key=lambda r: -(r.time_s if by_time else r.energy_j)))
+    rows = [IdleLine(c, v[0], v[1], v[1] / total if total > 0 else 0.0, int(v[2])) if known
+            else IdleLine(c, v[0], None, None, int(v[2])) for c, v in by.items()]
+    return tuple(sorted(rows, key=lambda r: -(r.energy_j if r.energy_j is not None
+                                              else r.time_s)))
 
 
 def _interventions(snap: Snapshot) -> tuple[Intervention, ...]:
