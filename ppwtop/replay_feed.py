@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attribution.engine.timing_checks import stray_records, stray_warning
+from attribution.engine.timing_checks import repaired
 from attribution.model import Trace
 from ppwtop.demo_feed import TraceFeed
 from ppwtop.errors import InputError
@@ -35,18 +35,16 @@ class ReplayFeed(TraceFeed):
         from ppwtop.importers import load_trace
 
         trace = load_trace(path)
-        # records far from the run and its power log left out first, as the batch engine
-        # does: the replay clock starts at the earliest record, so one stamped at 0 put the
-        # run days of replay time away
-        trace, stray, reach_s = stray_records(trace)
+        # repaired first as the batch engine repairs (timing_checks.repaired): the replay
+        # clock starts at the earliest record, so one stamped at 0 put the run days of replay
+        # time away
+        trace, lines = repaired(trace)
         if trace.gpu_span_ns() is None or (not len(trace.kernels) and not len(trace.copies)):
             raise InputError(path, "has no kernels or copies to replay")
         kwargs.setdefault("label", f"replay {Path(path).name}")
         from ppwtop.importers import import_notes
 
         feed = cls(trace, **kwargs)
-        notes = import_notes(path, trace)  # a cut or corrupt recording says so
-        if stray:
-            notes.append(f"{path}: {stray_warning(stray, reach_s)}")
-        feed.notes = tuple(notes)
+        # (a cut or corrupt recording says so)
+        feed.notes = tuple(import_notes(path, trace) + [f"{path}: {w}" for w in lines])
         return feed

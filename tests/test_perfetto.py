@@ -385,3 +385,21 @@ def test_gpus_a_trace_only_declares_get_no_idle_slices() -> None:
     doc = orjson.loads(orjson.dumps(perfetto.export_trace(tr, use_engine=False)))
     assert slices(doc["traceEvents"], "idle") == []
     assert slices(perfetto.export_trace(make_trace(), use_engine=False)["traceEvents"], "idle")
+
+
+def test_the_snapshot_split_reads_backwards_items_as_the_engine_does(tmp_path: Path) -> None:
+    """``export --snapshot`` shared each class's energy by ``end − start``: items that end
+    before they start got negative joules and the others more than theirs (a review).  The
+    export now repairs the times as the engine does: zero length, zero joules, a line."""
+    from attribution.engine import attribute
+
+    tr = make_trace()
+    snap = attribute(tr, n_boot=5)
+    k = tr.kernels
+    s, e = k.start_ns.copy(), k.end_ns.copy()
+    s[0], e[0] = e[0], s[0]  # one kernel's ends swapped
+    bad = dataclasses.replace(tr, kernels=dataclasses.replace(k, start_ns=s, end_ns=e))
+    doc = orjson.loads(orjson.dumps(perfetto.export_trace(bad, snap, use_engine=False)))
+    joules = [ev["args"]["energy_j"] for ev in slices(validate(doc), "kernel")]
+    assert min(joules) >= 0.0
+    assert any("end before they start" in n for n in doc["metadata"]["notes"])

@@ -119,14 +119,7 @@ from attribution.engine.timebase import (
     usable,
     window_fractions,
 )
-from attribution.engine.timing_checks import (
-    backwards_warning,
-    forward_items,
-    kernel_timing,
-    stray_records,
-    stray_warning,
-    timing_warnings,
-)
+from attribution.engine.timing_checks import kernel_timing, repaired, timing_warnings
 from attribution.engine.verdict import class_verdicts
 from attribution.idle import (
     IdleIntervals,
@@ -1156,13 +1149,7 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
                      ) -> Arrays:
     """Per-record energies (kernels, copies, memsets aligned with the trace's rows) and idle
     intervals with cause and energy."""
-    warnings: list[str] = []
-    trace, backwards = forward_items(trace)
-    if backwards:
-        warnings.append(backwards_warning(backwards))
-    trace, stray, reach_s = stray_records(trace)
-    if stray:
-        warnings.append(stray_warning(stray, reach_s))
+    trace, warnings = repaired(trace)  # (the lines saying what was repaired start the list)
     implausible = implausible_readings(trace.power)
     if implausible:
         warnings.append(implausible_warning(implausible))

@@ -17,7 +17,7 @@ import numpy as np
 from attribution.engine.activity import KERNEL
 from attribution.engine.build import Arrays, DeviceResult
 from attribution.engine.counter import back_warning, counter_energy_j, went_back
-from attribution.engine.timing_checks import forward_items, stray_records
+from attribution.engine.timing_checks import repaired
 from attribution.intsets import indices_by_value
 from attribution.model import Trace
 from attribution.owners import OwnerMap
@@ -139,11 +139,10 @@ def close_totals(kernels: list[KernelRow], copies: list[CopyRow], idle: list[Idl
 def build_snapshot(trace: Trace, arrays: Arrays, *, sla_ms: float | None = None,
                    step_range: str | None = None, owners: OwnerMap | None = None) -> Snapshot:
     """Aggregate per-record energies into the contract snapshot (steps: attribution.steps;
-    the inefficiency ranking: attribution.ranking).  Items that end before they start are
-    read as zero long, and stray records left out, here too (``timing_checks.forward_items``,
-    ``stray_records``; ``attribute_arrays``
-    repaired its own reading of them and carries the warning)."""
-    trace = stray_records(forward_items(trace)[0])[0]
+    the inefficiency ranking: attribution.ranking).  The times are repaired here too
+    (``timing_checks.repaired``; ``attribute_arrays`` repaired its own reading of them and
+    carries the lines)."""
+    trace = repaired(trace)[0]
     warnings = list(arrays.warnings)
     kernels: list[KernelRow] = []
     copies: list[CopyRow] = []

@@ -174,12 +174,19 @@ def readings_for(trace: Trace, device: int, preset: GpuPreset | None = None) -> 
     return Readings(None, np.empty(0, np.int64), np.empty(0, np.float64), float("nan"))
 
 
+def usable_power(power_w: F64) -> B:
+    """The readings a board could give: finite, not negative, at most
+    :data:`MAX_BOARD_POWER_W` (the engines, the export's power split)."""
+    return np.asarray(np.isfinite(power_w) & (power_w >= 0) & (power_w <= MAX_BOARD_POWER_W),
+                      bool)
+
+
 def one_per_stamp(t_ns: I64, power_w: F64) -> tuple[I64, F64]:
     """Readings sorted by time, the unusable ones (not finite, negative, over
     :data:`MAX_BOARD_POWER_W`) dropped and those sharing a timestamp (two samplers merged, a
     log written twice) replaced by their mean: the result does not depend on the rows' order
     (both engines)."""
-    ok = np.isfinite(power_w) & (power_w >= 0) & (power_w <= MAX_BOARD_POWER_W)
+    ok = usable_power(power_w)
     t_ns, power_w = t_ns[ok], power_w[ok]
     order = np.argsort(t_ns, kind="stable")
     t_ns, power_w = t_ns[order], power_w[order]

@@ -202,6 +202,18 @@ def stray_warning(n_records: int, reach_s: float) -> str:
             "out, so the window is the run's own")
 
 
+def repaired(trace: Trace) -> tuple[Trace, list[str]]:
+    """``trace`` as every reader of its times takes it -- items that end before they start
+    read as zero length (:func:`forward_items`), stray records left out
+    (:func:`stray_records`) -- and the lines saying what was repaired.  One call for the
+    batch engine (``attribute_arrays``, ``build_snapshot``), the export and ``replay``: the
+    export's snapshot split once shared class energy by negative durations (a review)."""
+    trace, backwards = forward_items(trace)
+    trace, stray, reach_s = stray_records(trace)
+    return trace, ([backwards_warning(backwards)] if backwards else []) + (
+        [stray_warning(stray, reach_s)] if stray else [])
+
+
 def backwards_warning(n_items: int) -> str:
     """The snapshot line for the items :func:`forward_items` repaired."""
     return (f"{n_items} GPU item(s) end before they start (damaged timestamps): read as zero "

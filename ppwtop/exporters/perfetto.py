@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from attribution.engine.timing_checks import stray_records, stray_warning
+from attribution.engine.timing_checks import repaired
 from attribution.model import F64, PowerField, Trace
 from attribution.snapshot import Snapshot
 from ppwtop.exporters.record_energy import copy_kind, copy_memory, record_energies
@@ -40,14 +40,13 @@ def gpu_pid(device: int) -> int:
 
 def export_trace(trace: Trace, snapshot: Snapshot | None = None, source: str = "", *,
                  use_engine: bool = True) -> dict[str, Any]:
-    """The trace-event document of a trace (energies per :func:`record_energies`).  Stray
-    records (``timing_checks.stray_records``) are left out first, as the engine leaves them
-    out: its per-record energies are for the records it kept, and the naive split's idle
-    would otherwise span the stretched window."""
-    trace, stray, reach_s = stray_records(trace)
+    """The trace-event document of a trace (energies per :func:`record_energies`).  Its
+    times are repaired first as the engine repairs them (``timing_checks.repaired``): the
+    engine's per-record energies are for the records it kept, the naive split's idle would
+    span a stretched window, and the snapshot split shares by duration."""
+    trace, lines = repaired(trace)
     en = record_energies(trace, snapshot, use_engine=use_engine)
-    if stray and not any(n.startswith(f"{stray} record(s) lie more") for n in en.notes):
-        en.notes.append(stray_warning(stray, reach_s))
+    en.notes[:0] = lines
     for name in ("kernel_j", "copy_j", "memset_j", "idle_j"):
         setattr(en, name, np.nan_to_num(getattr(en, name), nan=0.0, posinf=0.0, neginf=0.0))
     times = [b.start_ns for b in (trace.kernels, trace.copies, trace.memsets) if len(b)]

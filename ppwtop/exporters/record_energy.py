@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attribution.engine.build import attribute_arrays, trace_window
-from attribution.engine.timebase import MAX_BOARD_POWER_W, one_per_stamp
+from attribution.engine.timebase import one_per_stamp, usable_power
 from attribution.idle import idle_intervals
 from attribution.model import F64, I64, CopyKind, MemKind, PowerField, Trace
 from attribution.snapshot import IDLE_CAUSES, Snapshot
@@ -176,7 +176,7 @@ def _board_energy(trace: Trace) -> dict[int, Callable[[I64], F64]] | None:
     out: dict[int, Callable[[I64], F64]] = {}
     # the readings as the engine takes them (timebase.one_per_stamp: the unusable dropped --
     # negative, not finite, past any board's draw -- and those sharing a stamp averaged)
-    usable = (p.power_mw >= 0) & (p.power_mw <= MAX_BOARD_POWER_W * 1e3)
+    usable = usable_power(p.power_mw.astype(np.float64) * 1e-3)
     for dev in np.unique(p.device[usable]).tolist():
         on_dev = usable & (p.device == dev)
         fields = set(p.field[on_dev].tolist())
@@ -212,8 +212,7 @@ def _power_split(trace: Trace, cum: dict[int, Callable[[I64], F64]]) -> tuple[F6
     for dev, energy in cum.items():
         masks = [b.device == dev for b in batches]
         s = np.concatenate([b.start_ns[m] for b, m in zip(batches, masks, strict=True)])
-        e = np.concatenate([np.maximum(b.end_ns[m], b.start_ns[m])
-                            for b, m in zip(batches, masks, strict=True)])
+        e = np.concatenate([b.end_ns[m] for b, m in zip(batches, masks, strict=True)])
         if len(s) == 0:
             continue
         bounds = np.unique(np.r_[s, e])
