@@ -11,6 +11,7 @@ dynamic energy ``ΔP_c × duration``; full energy adds ``P_idle × time share``;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -1172,19 +1173,19 @@ def attribute_arrays(trace: Trace, *, gpu: str | None = None, n_boot: int = N_BO
         override = model_override_warning(trace, d, gpu)
         if override is not None:
             warnings.append(override)
-    # the log's GPUs with readings but no work (device_match, the no-readings hint)
-    logged = set(np.unique(trace.power.device).astype(int).tolist())
-    others = [d for d in untraced if d in logged] if busy_devs else []
-    read: dict[int, tuple[I64, F64]] = {}
+    # the log's GPUs with readings but no work (device_match, the no-readings hint): where
+    # some GPU has work, device_indices' others are exactly those with readings
+    others = untraced if busy_devs else []
 
+    @functools.cache
     def others_readings() -> Mapping[int, tuple[I64, F64]]:
         """The readings of the log's GPUs without work, each as its own board reads them,
-        worked out once (on the first device that needs them)."""
-        if others and not read:
-            for e in others:
-                o = readings_for(trace, e, _preset(trace, e, gpu))
-                if len(o.t_ns):
-                    read[e] = (o.t_ns, o.power_w)
+        worked out once (on the first device that needs them; none usable is an answer)."""
+        read: dict[int, tuple[I64, F64]] = {}
+        for e in others:
+            o = readings_for(trace, e, _preset(trace, e, gpu))
+            if len(o.t_ns):
+                read[e] = (o.t_ns, o.power_w)
         return read
 
     results = tuple(_attribute_device(trace, d, win, gpu=gpu, n_boot=n_boot,

@@ -103,18 +103,18 @@ def clamped_edges(t_ns: I64, clamp: B) -> I64:
     if n == 0 or not bool(clamp.any()):
         return np.empty(0, np.int64)
     t, clamp = one_per_time(np.asarray(t_ns, np.int64), clamp)
-    k = np.arange(1, len(t))  # t[k-1] < t[k]
-    a, b = t[k - 1], t[k]
+    a, b = t[:-1], t[1:]  # each pair of neighbouring times, a < b
     mid = (a + b) // 2
     gap = np.int64(MAX_GAP_NS)
     # per piece, in time order: before the first time, then (below mid, above mid) per gap,
     # then after the last time
-    lo = np.empty(2 * len(k) + 2, np.int64)
-    hi = np.empty(2 * len(k) + 2, np.int64)
-    on = np.empty(2 * len(k) + 2, bool)
+    n_pieces = 2 * (len(t) - 1) + 2
+    lo = np.empty(n_pieces, np.int64)
+    hi = np.empty(n_pieces, np.int64)
+    on = np.empty(n_pieces, bool)
     lo[0], hi[0], on[0] = t[0] - gap, t[0], clamp[0]
-    lo[1:-1:2], hi[1:-1:2], on[1:-1:2] = a + 1, np.minimum(mid, a + gap), clamp[k - 1]
-    lo[2:-1:2], hi[2:-1:2], on[2:-1:2] = np.maximum(mid + 1, b - gap), b, clamp[k]
+    lo[1:-1:2], hi[1:-1:2], on[1:-1:2] = a + 1, np.minimum(mid, a + gap), clamp[:-1]
+    lo[2:-1:2], hi[2:-1:2], on[2:-1:2] = np.maximum(mid + 1, b - gap), b, clamp[1:]
     lo[-1], hi[-1], on[-1] = t[-1] + 1, t[-1] + gap, clamp[-1]
     keep = on & (hi >= lo)
     lo, hi = lo[keep], hi[keep] + 1
