@@ -284,7 +284,7 @@ def test_command_exit_status_is_passed_on(tmp_path: Path) -> None:
      "unknown scenario"),
     (["record", "-o", "r.ppw", "--backend", "sim", "--seed", "-1", "--", "true"], "--seed"),
     (["record", "-o", "r.ppw", "--backend", "sim", "--seconds", "1e308", "--", "true"],
-     "--seconds: at most"),
+     "--seconds: must be over 0 and at most 1e+07 s"),
     (["run", "--headless", "--record", "r.ppw", "--backend", "sim", "--seconds", "inf", "--",
       "true"], "must be finite"),
 ])

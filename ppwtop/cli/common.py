@@ -111,12 +111,12 @@ MAX_SESSION_SECONDS = 1e7
 overflow)."""
 
 
-def session_seconds(text: str) -> float:
-    """A live session's ``--seconds``: > 0, finite, at most ``MAX_SESSION_SECONDS``."""
-    v = positive_float(text)
-    if v > MAX_SESSION_SECONDS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_SESSION_SECONDS:g}: {text!r}")
-    return v
+session_seconds = bounded_float(0.0, MAX_SESSION_SECONDS, "s")
+"""A live session's ``--seconds``: > 0, finite, at most ``MAX_SESSION_SECONDS``."""
+
+sim_seconds = bounded_float(1.0, MAX_SIM_SECONDS, "s")
+"""``simulate``'s and ``demo``'s ``--seconds``: 1 to ``MAX_SIM_SECONDS`` (both simulate the
+whole run up front)."""
 
 
 def seed_int(text: str) -> int:

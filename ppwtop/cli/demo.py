@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attribution.snapshot import Snapshot, rows_by_energy
-from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int
+from ppwtop.cli.common import MAX_SIM_SECONDS, parser, positive_float, seed_int, sim_seconds
 from ppwtop.errors import PpwtopError
 from ppwtop.terminal import need_terminal
 
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scenario", default="demo", help="simulator scenario (default: demo)")
     ap.add_argument("--gpu", default="h100", choices=GPUS, metavar="MODEL",
                     help=f"GPU preset: {', '.join(GPUS)} (default: h100)")
-    ap.add_argument("--seconds", type=positive_float, default=60.0,
+    ap.add_argument("--seconds", type=sim_seconds, default=60.0,
                     help=f"simulated seconds (1 to {MAX_SIM_SECONDS:g}, default: 60)")
     ap.add_argument("--seed", type=seed_int, default=0, help="simulator seed (default: 0)")
     ap.add_argument("--headless", action="store_true",
@@ -59,9 +59,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--export-dir", type=Path, default=None,
                     help="where 'e' in the TUI writes snapshots (default: current directory)")
     args = ap.parse_args(argv)
-    if not 1.0 <= args.seconds <= MAX_SIM_SECONDS:
-        raise PpwtopError(f"--seconds must be between 1 and {MAX_SIM_SECONDS:g}, "
-                          f"got {args.seconds:g}")
     if not args.headless:  # the cheap checks before the run is simulated
         from attribution.sim.scenarios import SCENARIOS
 
